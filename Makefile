@@ -1,0 +1,37 @@
+# jobsched — the two Quickstart commands are `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck check nats-server clean bench
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "jobsched needs Python >= 3.11; set PYTHON=/path/to/python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+nats-server:
+	@scripts/ensure-nats-server
+
+## run: install, start everything on this machine (`jobsched dev`) and submit the example jobs
+run: $(STAMP) nats-server
+	$(BIN)/jobsched dev --demo
+
+## test: install and run the whole test suite
+test: $(STAMP) nats-server
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

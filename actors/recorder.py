@@ -1,0 +1,101 @@
+"""Recorder actor: writes status events from the status stream into the store.
+
+Events are fetched in batches from the durable consumer ``recorder`` (shared by every recorder
+in the deployment), applied in one store call, and acked only after the store committed them.
+While the store is unavailable nothing is acked, so the events wait in JetStream and are
+recorded when it is back. Transitions are conditional in the store, so redelivered or
+out-of-order events never move a run backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgspec
+
+from bus.nats import Bus, Delivery, status_decoder
+from core.errors import BusUnavailable, StoreUnavailable
+from core.model import StatusEvent
+from core.ports import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class Recorder:
+    """Records status events (see module docstring).
+
+    Args:
+        bus: connected NATS adapter.
+        store: the job store.
+        batch: most events applied per store call.
+    """
+
+    def __init__(self, bus: Bus, store: JobStore, *, batch: int = 512) -> None:
+        self.bus = bus
+        self.store = store
+        self.batch = batch
+        self.name = "recorder"
+        self.ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.recorded = 0
+
+    def stop(self) -> None:
+        """Stop after the batch in hand (idempotent)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        consumer = await self.bus.recorder_consumer()
+        self.ready.set()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    deliveries = await consumer.fetch(self.batch, timeout_s=1.0)
+                except BusUnavailable as e:
+                    log.warning("recorder: %s", e)
+                    await self._pause(1.0)
+                    continue
+                if deliveries:
+                    await self._record(deliveries)
+        finally:
+            for d in consumer.take_unprocessed():
+                with contextlib.suppress(BusUnavailable):
+                    await d.nak()
+            await consumer.close()
+
+    async def _record(self, deliveries: list[Delivery]) -> None:
+        events: list[StatusEvent] = []
+        good: list[Delivery] = []
+        for d in deliveries:
+            try:
+                events.append(status_decoder.decode(d.data))
+                good.append(d)
+            except msgspec.DecodeError as e:
+                log.error("terminating undecodable status event: %s", e)
+                with contextlib.suppress(BusUnavailable):
+                    await d.term()
+        deliveries = good
+        delay = 0.2
+        while True:
+            try:
+                await self.store.apply_events(events)
+                break
+            except StoreUnavailable as e:
+                if self._stopping.is_set():
+                    return
+                log.warning("recorder: store unavailable (%s); retrying in %.1f s", e, delay)
+                for d in deliveries:
+                    with contextlib.suppress(BusUnavailable):
+                        await d.in_progress()
+                await self._pause(delay)
+                delay = min(delay * 2, 5.0)
+        self.recorded += len(events)
+        for d in deliveries:
+            with contextlib.suppress(BusUnavailable):
+                await d.ack()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()

@@ -1,0 +1,297 @@
+"""Scheduler actor: turns due jobs of its partitions into published runs.
+
+It keeps a heap of the next-run times of the jobs of its partitions that are due within the
+lookahead window (the store holds the rest), and sleeps until the earliest is due, a gateway's
+notice wakes it, or the periodic safety scan is due. A due job is dispatched in three steps:
+
+1. ``store.dispatch``: compare-and-set of the job's ``nextRunAt`` (the next occurrence computed
+   from the *scheduled* time, never from now) and, only if it advanced, insert the execution
+   record (QUEUED) with its deterministic id — in one transaction on SQLite;
+2. publish the run to its queue's work stream with ``Nats-Msg-Id`` = execution id;
+3. push the job's next occurrence into the heap.
+
+A crash between 1 and 2 leaves a QUEUED record without a message: the re-dispatch sweep
+publishes every unfinished run whose last transition is older than the re-dispatch timeout and
+whose message is no longer in the work stream (lost, purged, or acked while its final status
+event was lost), with the same execution id. The store, not NATS, is the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from bus.nats import Bus
+from core.clock import Clock
+from core.errors import BusUnavailable, StoreUnavailable
+from core.heap import FireHeap
+from core.ids import execution_id
+from core.model import Execution, ExecutionStatus, Job, JobNotice, RunMessage
+from core.ports import Dispatch, JobStore
+from core.schedule import DEFAULT_MISFIRE_GRACE_S, plan_due
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Scheduler settings.
+
+    Attributes:
+        partitions: number of partitions of the job space (N).
+        owned: partitions this scheduler owns; None = all of them.
+        scan_interval_s: period of the safety scan of the store (seconds).
+        lookahead_s: how far ahead jobs are loaded into the heap (seconds).
+        redispatch_after_s: an unfinished run untouched this long is re-published if its
+            message is gone from the work stream (seconds).
+        batch: most runs dispatched per store call.
+        heap_limit: most jobs loaded into the heap by one scan.
+        misfire_grace_s: a run starting this late is still on time (seconds).
+    """
+
+    partitions: int = 64
+    owned: frozenset[int] | None = None
+    scan_interval_s: float = 5.0
+    lookahead_s: float = 30.0
+    redispatch_after_s: float = 60.0
+    batch: int = 500
+    heap_limit: int = 100_000
+    misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S
+
+
+class Scheduler:
+    """Dispatches due runs of the owned partitions (see module docstring).
+
+    Args:
+        store: the job store (source of truth).
+        bus: connected NATS adapter.
+        clock: wall clock (a fake one in tests).
+        config: see :class:`SchedulerConfig`.
+        name: shown in logs and task names.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        bus: Bus,
+        clock: Clock,
+        config: SchedulerConfig,
+        *,
+        name: str = "scheduler",
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.clock = clock
+        self.config = config
+        self.name = name
+        self.ready = asyncio.Event()
+        self.heap = FireHeap()
+        self._owned: frozenset[int] = (
+            config.owned if config.owned is not None else frozenset(range(config.partitions))
+        )
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._window_end = clock.now()
+        self._next_scan = clock.now()
+        self._unpublished: dict[str, RunMessage] = {}
+        self.dispatched = 0
+
+    @property
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    def stop(self) -> None:
+        """Stop after the current step (idempotent)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Re-evaluate the heap now (a new near-term job, a test's clock move)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal."""
+        sub = await self.bus.subscribe_notices(self._on_notice)
+        try:
+            self.ready.set()
+            log.info("%s owns %d partition(s)", self.name, len(self._owned))
+            while not self._stopping.is_set():
+                try:
+                    await self._step()
+                except (StoreUnavailable, BusUnavailable) as e:
+                    log.warning("%s: %s; retrying in 1 s", self.name, e)
+                    await self._pause(1.0)
+                    continue
+                await self.clock.sleep_until(self._next_deadline(), self._wake)
+                self._wake.clear()
+        finally:
+            await sub.close()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    def _next_deadline(self) -> datetime:
+        top = self.heap.peek()
+        deadline = self._next_scan if top is None else min(top, self._next_scan)
+        if self._unpublished:
+            deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
+        return deadline
+
+    async def _step(self) -> None:
+        now = self.clock.now()
+        if now >= self._next_scan:
+            await self._scan()
+            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
+        if self._unpublished:
+            await self._publish(list(self._unpublished.values()))
+        while not self._stopping.is_set():
+            due = self.heap.pop_due(self.clock.now(), self.config.batch)
+            if not due:
+                break
+            await self._dispatch([job_id for job_id, _ in due])
+
+    # --- loading -------------------------------------------------------------------------------
+
+    async def _scan(self) -> None:
+        """Safety scan: reload the near-term window from the store, re-dispatch stale runs."""
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.config.lookahead_s)
+        jobs = await self.store.due_jobs(self._owned, until, limit=self.config.heap_limit)
+        for job in jobs:
+            if job.next_run_at is not None:
+                self.heap.push(job.id, job.next_run_at)
+        truncated = len(jobs) == self.config.heap_limit and jobs[-1].next_run_at is not None
+        self._window_end = jobs[-1].next_run_at if truncated and jobs[-1].next_run_at else until
+        await self._redispatch_stale()
+
+    async def _on_notice(self, notice: JobNotice) -> None:
+        if notice.partition not in self._owned or notice.next_run_at is None:
+            return
+        if notice.next_run_at <= self._window_end:
+            self.heap.push(notice.job_id, notice.next_run_at)
+            if notice.next_run_at <= self.clock.now() + timedelta(seconds=self.config.lookahead_s):
+                self._wake.set()
+
+    # --- dispatching ---------------------------------------------------------------------------
+
+    async def _dispatch(self, job_ids: Collection[str]) -> None:
+        now = self.clock.now()
+        jobs = await self.store.get_jobs(job_ids)
+        runs: list[Dispatch] = []
+        by_exec: dict[str, Job] = {}
+        for job in jobs:
+            if job.next_run_at is None or job.partition not in self._owned:
+                continue
+            if job.next_run_at > now:
+                if job.next_run_at <= self._window_end:
+                    self.heap.push(job.id, job.next_run_at)
+                continue
+            plan = plan_due(job.schedule, job.next_run_at, now, grace_s=self.config.misfire_grace_s)
+            if plan.misfire is not None and plan.misfire.missed:
+                log.warning(
+                    "job %s misfired: %d occurrence(s) from %s to %s missed; running %s once",
+                    job.id,
+                    plan.misfire.missed,
+                    plan.misfire.first_missed,
+                    plan.misfire.last_missed,
+                    plan.run_for,
+                    extra={"job_id": job.id, "partition": job.partition},
+                )
+            ex = _execution(job, plan.run_for, now)
+            runs.append(
+                Dispatch(ex, expected_next_run_at=job.next_run_at, next_run_at=plan.next_run_at)
+            )
+            by_exec[ex.id] = job
+        if not runs:
+            return
+        outcomes = await self.store.dispatch(runs)
+        messages: list[RunMessage] = []
+        for d, outcome in zip(runs, outcomes, strict=True):
+            if not outcome.advanced:
+                continue
+            job = by_exec[d.execution.id]
+            messages.append(_run_message(job, d.execution, now, attempt_offset=0))
+            if d.next_run_at is not None and d.next_run_at <= self._window_end:
+                self.heap.push(job.id, d.next_run_at)
+        await self._publish(messages)
+        self.dispatched += len(messages)
+
+    async def _publish(self, messages: list[RunMessage]) -> None:
+        if not messages:
+            return
+        results = await self.bus.publish_runs(messages)
+        failed = 0
+        for msg, err in zip(messages, results, strict=True):
+            if err is None:
+                self._unpublished.pop(msg.execution_id, None)
+                log.debug(
+                    "published %s", msg.execution_id, extra={"execution_id": msg.execution_id}
+                )
+            else:
+                failed += 1
+                if len(self._unpublished) < 100_000:
+                    self._unpublished[msg.execution_id] = msg
+        if failed:
+            log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)
+
+    async def _redispatch_stale(self) -> None:
+        cutoff = self.clock.now() - timedelta(seconds=self.config.redispatch_after_s)
+        stale = await self.store.stale_executions(self._owned, cutoff, limit=self.config.batch)
+        if not stale:
+            return
+        if await self.bus.recorder_backlog() > 0:
+            log.info(
+                "%s: %d stale run(s); waiting for the recorder to catch up", self.name, len(stale)
+            )
+            return
+        lost = [e for e in stale if not await self.bus.run_in_stream(e.queue, e.id)]
+        if not lost:
+            return
+        jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in lost})}
+        at = self.clock.now()
+        messages = [
+            _run_message(jobs[e.job_id], e, at, attempt_offset=e.attempt)
+            for e in lost
+            if e.job_id in jobs and e.id not in self._unpublished
+        ]
+        log.warning("%s: re-dispatching %d run(s) whose message was lost", self.name, len(messages))
+        await self._publish(messages)
+
+
+def _execution(job: Job, scheduled_for: datetime, now: datetime) -> Execution:
+    return Execution(
+        id=execution_id(job.id, scheduled_for),
+        job_id=job.id,
+        owner=job.owner,
+        task_id=job.task_id,
+        queue=job.queue,
+        partition=job.partition,
+        status=ExecutionStatus.QUEUED,
+        max_attempts=job.max_attempts,
+        scheduled_for=scheduled_for,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _run_message(job: Job, ex: Execution, now: datetime, *, attempt_offset: int) -> RunMessage:
+    return RunMessage(
+        execution_id=ex.id,
+        job_id=job.id,
+        owner=job.owner,
+        partition=job.partition,
+        task_id=job.task_id,
+        queue=job.queue,
+        parameters=job.parameters,
+        scheduled_for=ex.scheduled_for,
+        published_at=now,
+        max_attempts=job.max_attempts,
+        timeout_seconds=job.timeout_seconds,
+        attempt_offset=attempt_offset,
+    )

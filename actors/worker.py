@@ -1,0 +1,425 @@
+"""Worker actor: executes due runs from the work queues and reports every transition.
+
+For each delivered run (at-least-once, JetStream ack-wait redelivery):
+
+1. decode it; an undecodable message or an unknown task is recorded FAILED and terminated
+   (``+TERM``), never redelivered forever (case S06);
+2. attempt = attempts spent before publication + JetStream's delivery count; past the job's
+   ``maxAttempts`` (earlier attempts died with their worker) it is recorded FAILED and terminated;
+3. report RUNNING, run the task with its timeout while an in-progress ack (``+WPI``) every third
+   of the ack wait keeps the message from being redelivered (case S05);
+4. success: report SUCCEEDED, then ack. Failure: report RETRYING and ``-NAK`` with an exponential
+   backoff delay, or after the last attempt report FAILED and terminate.
+
+A status report is published to the status stream and acknowledged by JetStream *before* the
+work message is acked, so no transition is lost. The worker needs NATS only, never the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from actors.cpu import CpuPool
+from bus.nats import Bus, Delivery, PullConsumer, run_decoder
+from core.backoff import retry_delay
+from core.clock import Clock
+from core.errors import BusUnavailable, InvalidRequest
+from core.model import ExecutionStatus, RunMessage, StatusEvent
+from core.tasks import TaskCatalog, TaskContext, TaskSpec
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 2000
+MAX_RESULT_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Worker settings.
+
+    Attributes:
+        worker_id: name recorded on every run this worker executes.
+        queues: work queues to consume.
+        concurrency: runs executed at once (io tasks; cpu tasks also wait for a pool slot).
+        cpu_slots: processes of the cpu pool; 0 = one per core.
+        ack_wait_s: the consumer's ack wait; in-progress acks go out every third of it.
+        backoff_s / backoff_max_s: first and largest retry delay (seconds).
+        data_dir: passed to tasks.
+        drain_timeout_s: on stop, how long in-flight runs may finish before they are handed back.
+    """
+
+    worker_id: str
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 64
+    cpu_slots: int = 0
+    ack_wait_s: float = 30.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 300.0
+    data_dir: str = "./data"
+    drain_timeout_s: float = 30.0
+
+
+class Worker:
+    """Consumes the work queues of ``config.queues`` and executes runs.
+
+    Args:
+        bus: connected NATS adapter.
+        catalog: the tasks this worker can run.
+        clock: wall clock for timestamps.
+        config: see :class:`WorkerConfig`.
+    """
+
+    def __init__(self, bus: Bus, catalog: TaskCatalog, clock: Clock, config: WorkerConfig) -> None:
+        self.bus = bus
+        self.catalog = catalog
+        self.clock = clock
+        self.config = config
+        self.name = f"worker[{config.worker_id}]"
+        self.ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._active = 0
+        self._freed = asyncio.Event()
+        self._runs: set[asyncio.Task[None]] = set()
+        self._cpu = CpuPool(config.cpu_slots)
+        self._cpu_slots = asyncio.Semaphore(self._cpu.slots)
+        self._finished: collections.OrderedDict[str, bool] = collections.OrderedDict()
+
+    def stop(self) -> None:
+        """Stop taking work and drain (idempotent)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop`; then drain in-flight runs up to the drain timeout.
+
+        Raises:
+            BusUnavailable: when the work consumers cannot be created at start.
+        """
+        consumers: dict[str, PullConsumer] = {}
+        try:
+            for queue in self.config.queues:
+                consumers[queue] = await self.bus.work_consumer(queue)
+            log.info("%s consuming %s", self.name, ", ".join(self.config.queues))
+            async with asyncio.TaskGroup() as tg:
+                pulls = [
+                    tg.create_task(self._pull(c, tg), name=f"{self.name} pull {q}")
+                    for q, c in consumers.items()
+                ]
+                self.ready.set()
+                await asyncio.wait(pulls)
+                await self._drain()
+        finally:
+            for consumer in consumers.values():
+                for d in consumer.take_unprocessed():
+                    await _shielded(d.nak(), 2.0)
+                await consumer.close()
+            self._cpu.close()
+
+    async def _pull(self, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
+        while not self._stopping.is_set():
+            free = self.config.concurrency - self._active
+            if free <= 0:
+                self._freed.clear()
+                await self._freed.wait()
+                continue
+            try:
+                deliveries = await consumer.fetch(free, timeout_s=1.0)
+            except BusUnavailable as e:
+                log.warning("%s: %s; retrying", self.name, e)
+                await self._pause(1.0)
+                continue
+            for d in deliveries:
+                if self._stopping.is_set():
+                    await _shielded(d.nak(), 2.0)
+                    continue
+                self._active += 1
+                task = tg.create_task(self._guarded(d), name=f"{self.name} run")
+                self._runs.add(task)
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._runs.discard(task)
+        self._active -= 1
+        self._freed.set()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    async def _drain(self) -> None:
+        tasks = set(self._runs)
+        if not tasks:
+            return
+        log.info(
+            "%s draining %d run(s) for up to %g s",
+            self.name,
+            len(tasks),
+            self.config.drain_timeout_s,
+        )
+        _, pending = await asyncio.wait(tasks, timeout=self.config.drain_timeout_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            log.info("%s handed back %d run(s) still running", self.name, len(pending))
+
+    async def _guarded(self, d: Delivery) -> None:
+        """One run; an unexpected error is logged and the message left to redelivery."""
+        try:
+            await self._handle(d)
+        except BusUnavailable as e:
+            log.warning("%s: run left for redelivery: %s", self.name, e)
+        except Exception:
+            log.exception("%s: unexpected error; run left for redelivery", self.name)
+
+    # --- one run -------------------------------------------------------------------------------
+
+    async def _handle(self, d: Delivery) -> None:
+        try:
+            run = run_decoder.decode(d.data)
+        except msgspec.DecodeError as e:
+            await self._poison(d, f"undecodable run message: {e}")
+            return
+        if run.execution_id in self._finished:
+            await (d.ack() if self._finished[run.execution_id] else d.term())
+            return
+        try:
+            spec = self.catalog.get(run.task_id)
+            params = spec.decode_params(run.parameters)
+        except InvalidRequest as e:
+            await self._give_up(d, run, d.num_delivered + run.attempt_offset, f"cannot run: {e}")
+            return
+        attempt = run.attempt_offset + d.num_delivered
+        if attempt > run.max_attempts:
+            await self._give_up(
+                d,
+                run,
+                run.max_attempts,
+                f"gave up after {run.max_attempts} attempt(s) without an outcome "
+                "(the worker running it was lost)",
+            )
+            return
+        try:
+            async with asyncio.TaskGroup() as tg:
+                keepalive = tg.create_task(
+                    self._keep_alive(d), name=f"{self.name} in-progress {run.execution_id}"
+                )
+                try:
+                    await self._attempt(d, run, spec, params, attempt)
+                finally:
+                    keepalive.cancel()
+        except asyncio.CancelledError:
+            await _shielded(d.nak(), 5.0)
+            raise
+
+    async def _attempt(
+        self, d: Delivery, run: RunMessage, spec: TaskSpec, params: msgspec.Struct, attempt: int
+    ) -> None:
+        started = self.clock.now()
+        base = self._event_base(run, attempt, started)
+        await self._report(
+            msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started)
+        )
+        log.info(
+            "run %s attempt %d/%d RUNNING",
+            run.execution_id,
+            attempt,
+            run.max_attempts,
+            extra={"job_id": run.job_id, "execution_id": run.execution_id, "attempt": attempt},
+        )
+        ctx = TaskContext(
+            run.execution_id, run.job_id, attempt, run.scheduled_for, self.config.data_dir
+        )
+        try:
+            result = await self._execute(spec, params, ctx, run.timeout_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await self._failed(d, run, base, attempt, _describe(e))
+            return
+        now = self.clock.now()
+        await self._report(
+            msgspec.structs.replace(
+                base,
+                status=ExecutionStatus.SUCCEEDED,
+                at=now,
+                finished_at=now,
+                result=_bounded(result),
+            )
+        )
+        await self._settle(d, run.execution_id, ack=True)
+        log.info(
+            "run %s SUCCEEDED",
+            run.execution_id,
+            extra={"job_id": run.job_id, "execution_id": run.execution_id, "attempt": attempt},
+        )
+
+    async def _execute(
+        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
+    ) -> Any:
+        if spec.kind == "cpu":
+            async with self._cpu_slots:
+                return await self._cpu.run(spec, params, ctx, timeout_s)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await spec.fn(params, ctx)
+        except TimeoutError as e:
+            raise TimeoutError(f"task ran past its timeout of {timeout_s:g} s") from e
+
+    async def _failed(
+        self, d: Delivery, run: RunMessage, base: StatusEvent, attempt: int, error: str
+    ) -> None:
+        now = self.clock.now()
+        extra = {"job_id": run.job_id, "execution_id": run.execution_id, "attempt": attempt}
+        if attempt < run.max_attempts:
+            delay = retry_delay(
+                attempt, base_s=self.config.backoff_s, max_s=self.config.backoff_max_s
+            )
+            await self._report(
+                msgspec.structs.replace(
+                    base,
+                    status=ExecutionStatus.RETRYING,
+                    at=now,
+                    error=error,
+                    next_attempt_at=now + timedelta(seconds=delay),
+                )
+            )
+            await d.nak(delay)
+            log.info(
+                "run %s attempt %d failed (%s); retry in %.2f s",
+                run.execution_id,
+                attempt,
+                error,
+                delay,
+                extra=extra,
+            )
+            return
+        await self._report(
+            msgspec.structs.replace(
+                base, status=ExecutionStatus.FAILED, at=now, finished_at=now, error=error
+            )
+        )
+        await self._settle(d, run.execution_id, ack=False)
+        log.info(
+            "run %s FAILED after %d attempt(s): %s", run.execution_id, attempt, error, extra=extra
+        )
+
+    async def _give_up(self, d: Delivery, run: RunMessage, attempt: int, error: str) -> None:
+        now = self.clock.now()
+        base = self._event_base(run, attempt, None)
+        await self._report(
+            msgspec.structs.replace(
+                base, status=ExecutionStatus.FAILED, at=now, finished_at=now, error=error
+            )
+        )
+        await self._settle(d, run.execution_id, ack=False)
+        log.warning(
+            "run %s FAILED: %s", run.execution_id, error, extra={"execution_id": run.execution_id}
+        )
+
+    async def _poison(self, d: Delivery, error: str) -> None:
+        """A message that is not a run: record what can be recorded, then terminate it."""
+        exec_id = d.msg_id
+        log.error("terminating poison message %s: %s", exec_id or "(no Nats-Msg-Id)", error)
+        if exec_id and ":" in exec_id:
+            job_id, _, at = exec_id.partition(":")
+            with contextlib.suppress(ValueError, msgspec.ValidationError):
+                scheduled_for = msgspec.convert(at, datetime)
+                now = self.clock.now()
+                await self._report(
+                    StatusEvent(
+                        execution_id=exec_id,
+                        job_id=job_id,
+                        owner="",
+                        partition=0,
+                        task_id="",
+                        status=ExecutionStatus.FAILED,
+                        attempt=d.num_delivered,
+                        at=now,
+                        scheduled_for=scheduled_for,
+                        finished_at=now,
+                        worker_id=self.config.worker_id,
+                        error=error[:MAX_ERROR_CHARS],
+                    )
+                )
+        await d.term()
+
+    def _event_base(self, run: RunMessage, attempt: int, started: datetime | None) -> StatusEvent:
+        return StatusEvent(
+            execution_id=run.execution_id,
+            job_id=run.job_id,
+            owner=run.owner,
+            partition=run.partition,
+            task_id=run.task_id,
+            queue=run.queue,
+            status=ExecutionStatus.RUNNING,
+            attempt=attempt,
+            max_attempts=run.max_attempts,
+            at=started or self.clock.now(),
+            scheduled_for=run.scheduled_for,
+            published_at=run.published_at,
+            started_at=started,
+            worker_id=self.config.worker_id,
+        )
+
+    async def _report(self, event: StatusEvent) -> None:
+        """Publish ``event`` until JetStream acknowledges it (retrying through NATS outages)."""
+        delay = 0.1
+        while True:
+            try:
+                await self.bus.publish_status(event)
+                return
+            except BusUnavailable as e:
+                log.warning("cannot report %s %s yet: %s", event.execution_id, event.status, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _settle(self, d: Delivery, execution_id: str, *, ack: bool) -> None:
+        self._finished[execution_id] = ack
+        while len(self._finished) > 10_000:
+            self._finished.popitem(last=False)
+        try:
+            await (d.ack() if ack else d.term())
+        except BusUnavailable as e:
+            log.warning(
+                "cannot settle %s (%s); the redelivery will be settled without running",
+                execution_id,
+                e,
+            )
+
+    async def _keep_alive(self, d: Delivery) -> None:
+        period = self.config.ack_wait_s / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await d.in_progress()
+            except BusUnavailable as e:
+                log.warning("in-progress ack failed: %s", e)
+
+
+def _describe(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+def _bounded(result: Any) -> Any:
+    if result is None:
+        return None
+    try:
+        size = len(msgspec.json.encode(result))
+    except (TypeError, msgspec.EncodeError):
+        return {"unencodable": repr(result)[:200]}
+    return result if size <= MAX_RESULT_BYTES else {"truncated": True, "bytes": size}
+
+
+async def _shielded(coro: Any, timeout_s: float) -> None:
+    with contextlib.suppress(BusUnavailable, TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await asyncio.shield(coro)

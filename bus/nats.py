@@ -1,0 +1,535 @@
+"""The NATS adapter: connection, JetStream streams and consumers, subjects.
+
+Layout (``<p>`` = ``subject_prefix``, ``<P>`` = the same for stream names):
+
+======================================  =========================================================
+``<p>.work.<queue>.<run-key>``          due runs (:class:`RunMessage`); stream ``<P>_WORK``,
+                                        WorkQueue retention, file storage, ``Nats-Msg-Id`` =
+                                        execution id; durable pull consumer ``workers-<queue>``
+                                        per queue (filter ``<p>.work.<queue>.>``), shared by all
+                                        workers of the queue. ``<run-key>`` is a hash of the
+                                        execution id, so whether a run's message is still in the
+                                        stream is one "last message by subject" lookup.
+``<p>.status.<owner-key>.<job-id>``     execution transitions (:class:`StatusEvent`); stream
+                                        ``<P>_STATUS``, limits retention (``max_age``); durable
+                                        pull consumer ``recorder`` writes them to the store.
+``<p>.notify.<partition>``              core NATS: a job was created or changed
+                                        (:class:`JobNotice`), for the partition's scheduler.
+======================================  =========================================================
+
+Everything here is checked against nats-server 2.9: WorkQueue retention, ``Nats-Msg-Id``
+de-duplication, pull consumers, ``-NAK`` with a delay (ADR-15, server 2.7.1+), ``+WPI`` in-progress
+acks, ``+TERM``. No nats exception escapes this package: failures surface as
+:class:`core.errors.BusUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from core.errors import BusUnavailable
+from core.ids import owner_key
+from core.model import JobNotice, RunMessage, StatusEvent
+
+log = logging.getLogger(__name__)
+
+MSG_ID = "Nats-Msg-Id"
+
+run_encoder = msgspec.json.Encoder()
+run_decoder = msgspec.json.Decoder(RunMessage)
+status_decoder = msgspec.json.Decoder(StatusEvent)
+notice_decoder = msgspec.json.Decoder(JobNotice)
+
+
+@dataclass(frozen=True, slots=True)
+class BusConfig:
+    """What the adapter needs from the settings.
+
+    Attributes:
+        servers: NATS server URLs.
+        prefix: first subject token and stream-name prefix.
+        ack_wait_s: ack wait of the work consumers (seconds).
+        max_deliver: max deliveries of the work consumers.
+        duplicate_window_s: de-duplication window of the work stream (seconds).
+        status_retention_s: max age of status events (seconds).
+        replicas: stream replicas (1 for a single server, 3 in a cluster).
+    """
+
+    servers: list[str]
+    prefix: str = "jobsched"
+    ack_wait_s: float = 30.0
+    max_deliver: int = 20
+    duplicate_window_s: float = 120.0
+    status_retention_s: float = 86400.0
+    replicas: int = 1
+
+    @property
+    def work_stream(self) -> str:
+        return f"{self.prefix.upper()}_WORK"
+
+    @property
+    def status_stream(self) -> str:
+        return f"{self.prefix.upper()}_STATUS"
+
+    def work_subject(self, queue: str, execution_id: str) -> str:
+        return f"{self.prefix}.work.{queue}.{run_key(execution_id)}"
+
+    def work_filter(self, queue: str) -> str:
+        return f"{self.prefix}.work.{queue}.>"
+
+    def status_subject(self, owner: str, job_id: str) -> str:
+        return f"{self.prefix}.status.{owner_key(owner)}.{job_id}"
+
+    def notify_subject(self, partition: int) -> str:
+        return f"{self.prefix}.notify.{partition}"
+
+    @staticmethod
+    def work_consumer(queue: str) -> str:
+        return f"workers-{queue}"
+
+
+def run_key(execution_id: str) -> str:
+    """Subject token of a run: 16 hex digits of BLAKE2b of its execution id."""
+    return hashlib.blake2b(execution_id.encode(), digest_size=8).hexdigest()
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn NATS client errors into :class:`BusUnavailable` naming ``what`` failed."""
+    try:
+        yield
+    except (nats.errors.Error, TimeoutError, ConnectionError, OSError) as e:
+        raise BusUnavailable(f"NATS: {what} failed: {type(e).__name__}: {e}") from e
+
+
+class Delivery:
+    """One message delivered by a pull consumer, with its acknowledgement verbs."""
+
+    __slots__ = ("_msg",)
+
+    def __init__(self, msg: Msg) -> None:
+        self._msg = msg
+
+    @property
+    def data(self) -> bytes:
+        return self._msg.data
+
+    @property
+    def msg_id(self) -> str | None:
+        return (self._msg.headers or {}).get(MSG_ID)
+
+    @property
+    def num_delivered(self) -> int:
+        """1 for the first delivery, +1 for each redelivery (ack-wait expiry or nak)."""
+        return int(self._msg.metadata.num_delivered)
+
+    async def ack(self) -> None:
+        with translated("ack"):
+            await self._msg.ack()
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        """Negative ack; redeliver after ``delay_s`` seconds (``-NAK {"delay": ns}``)."""
+        with translated("nak"):
+            await self._msg.nak(delay=delay_s)
+
+    async def in_progress(self) -> None:
+        """``+WPI``: reset the ack-wait timer of this message."""
+        with translated("in-progress ack"):
+            await self._msg.in_progress()
+
+    async def term(self) -> None:
+        """``+TERM``: never redeliver this message."""
+        with translated("term"):
+            await self._msg.term()
+
+
+class PullConsumer:
+    """Continuous pull from a durable consumer (the JetStream pull protocol, ADR-13).
+
+    nats-py's ``fetch(n)`` waits until ``n`` messages arrived or its timeout passed, which would
+    hold a lone run back for the whole timeout. This keeps one pull request of at most the
+    caller's free capacity outstanding on a private inbox and hands each message over as soon
+    as it arrives.
+
+    Args:
+        nc: the connection.
+        next_subject: ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``.
+        expires_s: life of one pull request on the server (seconds).
+    """
+
+    def __init__(self, nc: Client, next_subject: str, *, expires_s: float = 5.0) -> None:
+        self._nc = nc
+        self._next_subject = next_subject
+        self._expires_s = expires_s
+        self._inbox = nc.new_inbox()
+        self._ready: asyncio.Queue[Msg] = asyncio.Queue()
+        self._sub: Subscription | None = None
+        self._request = 0
+        self._remaining = 0
+        self._request_deadline = 0.0
+
+    async def start(self) -> None:
+        with translated("subscribe pull inbox"):
+            self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        status = (msg.headers or {}).get("Status") if not msg.data else None
+        if status is None:
+            self._ready.put_nowait(msg)
+            self._remaining = max(0, self._remaining - 1)
+            return
+        if status == "100":
+            return
+        if msg.subject.endswith(f".{self._request}"):
+            self._remaining = 0
+        if status not in ("404", "408"):
+            log.warning("pull request ended: %s %s", status, (msg.headers or {}).get("Description"))
+
+    async def fetch(self, batch: int, timeout_s: float) -> list[Delivery]:
+        """Up to ``batch`` messages; waits up to ``timeout_s`` seconds for the first. [] on timeout.
+
+        ``batch`` must be the caller's free capacity: messages handed out are the caller's to
+        acknowledge.
+
+        Raises:
+            BusUnavailable: when the pull request cannot be sent.
+        """
+        loop = asyncio.get_running_loop()
+        if self._ready.empty() and (self._remaining == 0 or loop.time() > self._request_deadline):
+            await self._pull(batch)
+        out: list[Delivery] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                out.append(Delivery(await self._ready.get()))
+        except TimeoutError:
+            return out
+        while len(out) < batch and not self._ready.empty():
+            out.append(Delivery(self._ready.get_nowait()))
+        return out
+
+    async def _pull(self, batch: int) -> None:
+        self._request += 1
+        self._remaining = batch
+        self._request_deadline = asyncio.get_running_loop().time() + self._expires_s + 1.0
+        req = {"batch": batch, "expires": int(self._expires_s * 1e9)}
+        with translated("pull request"):
+            await self._nc.publish(
+                self._next_subject, msgspec.json.encode(req), reply=f"{self._inbox}.{self._request}"
+            )
+
+    def take_unprocessed(self) -> list[Delivery]:
+        """Messages received but not handed out (to hand back on shutdown)."""
+        out = []
+        while not self._ready.empty():
+            out.append(Delivery(self._ready.get_nowait()))
+        return out
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except (nats.errors.Error, ValueError):
+                log.debug("unsubscribe after connection loss", exc_info=True)
+
+
+class Closeable:
+    """A core-NATS subscription that can be closed without caring whether the connection lives."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self._sub = sub
+
+    async def close(self) -> None:
+        try:
+            await self._sub.unsubscribe()
+        except (nats.errors.Error, ValueError):
+            log.debug("unsubscribe after connection loss", exc_info=True)
+
+
+class Bus:
+    """One NATS connection with JetStream, and the operations jobsched makes on it.
+
+    Args:
+        config: subjects, streams and consumer settings.
+        name: client name shown by the server (``jobsched-scheduler`` …).
+    """
+
+    def __init__(self, config: BusConfig, *, name: str = "jobsched") -> None:
+        self.config = config
+        self._name = name
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self.connected = asyncio.Event()
+
+    async def connect(self, *, timeout_s: float = 10.0) -> None:
+        """Connect (retrying until ``timeout_s``), then keep reconnecting forever on loss.
+
+        Raises:
+            BusUnavailable: when no server answered within ``timeout_s`` seconds.
+        """
+
+        async def on_disconnect() -> None:
+            self.connected.clear()
+            log.warning("NATS disconnected; reconnecting")
+
+        async def on_reconnect() -> None:
+            self.connected.set()
+            log.info("NATS reconnected to %s", self._nc.connected_url if self._nc else "?")
+
+        async def on_error(e: Exception) -> None:
+            log.warning("NATS error: %s", e)
+
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                self._nc = await nats.connect(
+                    servers=self.config.servers,
+                    name=self._name,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.5,
+                    connect_timeout=2,
+                    disconnected_cb=on_disconnect,
+                    reconnected_cb=on_reconnect,
+                    error_cb=on_error,
+                    allow_reconnect=True,
+                )
+                break
+            except (nats.errors.Error, OSError, TimeoutError) as e:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise BusUnavailable(
+                        f"cannot connect to NATS at {', '.join(self.config.servers)}: {e}"
+                    ) from e
+                await asyncio.sleep(0.25)
+        self._js = self._nc.jetstream(timeout=5)
+        self.connected.set()
+
+    async def close(self) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            try:
+                await nc.drain()
+            except (nats.errors.Error, TimeoutError):
+                await nc.close()
+
+    @property
+    def nc(self) -> Client:
+        if self._nc is None:
+            raise BusUnavailable("NATS is not connected")
+        return self._nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise BusUnavailable("NATS is not connected")
+        return self._js
+
+    @property
+    def is_connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def ping(self) -> None:
+        """Round trip to the server and its JetStream API. Raises BusUnavailable."""
+        with translated("ping"):
+            await self.nc.flush(timeout=2)
+            await self.js.account_info()
+
+    # --- streams and consumers -------------------------------------------------------------
+
+    async def ensure_streams(self) -> None:
+        """Create or update the work and status streams (idempotent)."""
+        c = self.config
+        work = StreamConfig(
+            name=c.work_stream,
+            subjects=[f"{c.prefix}.work.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=c.duplicate_window_s,
+            num_replicas=c.replicas,
+        )
+        status = StreamConfig(
+            name=c.status_stream,
+            subjects=[f"{c.prefix}.status.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=c.status_retention_s,
+            duplicate_window=min(120.0, c.status_retention_s),
+            num_replicas=c.replicas,
+        )
+        for cfg in (work, status):
+            await self._ensure_stream(cfg)
+
+    async def _ensure_stream(self, cfg: StreamConfig) -> None:
+        with translated(f"create stream {cfg.name}"):
+            try:
+                await self.js.add_stream(cfg)
+            except nats.js.errors.BadRequestError:
+                await self.js.update_stream(cfg)
+
+    async def ensure_work_consumer(self, queue: str) -> None:
+        """Create or update the durable pull consumer of ``queue`` (idempotent)."""
+        c = self.config
+        cfg = ConsumerConfig(
+            durable_name=c.work_consumer(queue),
+            filter_subject=c.work_filter(queue),
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=c.ack_wait_s,
+            max_deliver=c.max_deliver,
+            max_ack_pending=20_000,
+            max_waiting=512,
+        )
+        with translated(f"create consumer {cfg.durable_name}"):
+            await self.js.add_consumer(c.work_stream, cfg)
+
+    async def ensure_recorder_consumer(self, name: str = "recorder") -> None:
+        c = self.config
+        cfg = ConsumerConfig(
+            durable_name=name,
+            filter_subject=f"{c.prefix}.status.>",
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=30.0,
+            max_ack_pending=20_000,
+            max_waiting=512,
+        )
+        with translated(f"create consumer {name}"):
+            await self.js.add_consumer(c.status_stream, cfg)
+
+    async def work_consumer(self, queue: str) -> PullConsumer:
+        """Bind to the durable consumer of ``queue`` (created if missing)."""
+        await self.ensure_work_consumer(queue)
+        return await self._pull_consumer(self.config.work_stream, self.config.work_consumer(queue))
+
+    async def _pull_consumer(self, stream: str, durable: str) -> PullConsumer:
+        consumer = PullConsumer(self.nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}")
+        await consumer.start()
+        return consumer
+
+    async def recorder_consumer(self, name: str = "recorder") -> PullConsumer:
+        await self.ensure_recorder_consumer(name)
+        return await self._pull_consumer(self.config.status_stream, name)
+
+    async def run_in_stream(self, queue: str, execution_id: str) -> bool:
+        """Whether the work stream still holds the message of this run (queued, in progress or
+        waiting for a retry); False once a worker acked or terminated it, or it was lost."""
+        with translated("look up run message"):
+            try:
+                await self.js.get_last_msg(
+                    self.config.work_stream, self.config.work_subject(queue, execution_id)
+                )
+            except nats.js.errors.NotFoundError:
+                return False
+        return True
+
+    async def consumer_backlog(self, stream: str, durable: str) -> int:
+        """Messages of a consumer not yet delivered plus delivered and not yet acknowledged."""
+        with translated(f"consumer info of {durable}"):
+            info = await self.js.consumer_info(stream, durable)
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    async def recorder_backlog(self) -> int:
+        """Status events not yet recorded in the store."""
+        return await self.consumer_backlog(self.config.status_stream, "recorder")
+
+    async def queue_depth(self, queue: str) -> int:
+        """Runs waiting in ``queue``: not yet delivered plus delivered and not yet acknowledged."""
+        return await self.consumer_backlog(
+            self.config.work_stream, self.config.work_consumer(queue)
+        )
+
+    # --- publishing --------------------------------------------------------------------------
+
+    async def publish_runs(self, runs: Sequence[RunMessage]) -> list[BusUnavailable | None]:
+        """Publish due runs to their queues, pipelined; one result per run (None = stored).
+
+        Each message carries ``Nats-Msg-Id`` = execution id, so a re-publish inside the duplicate
+        window is acknowledged as a duplicate and not stored twice.
+        """
+        c = self.config
+        futures: list[asyncio.Future[Any] | BusUnavailable] = []
+        for run in runs:
+            try:
+                with translated("publish run"):
+                    fut = await self.js.publish_async(
+                        c.work_subject(run.queue, run.execution_id),
+                        run_encoder.encode(run),
+                        headers={MSG_ID: run.execution_id},
+                        wait_stall=5.0,
+                    )
+                futures.append(fut)
+            except BusUnavailable as e:
+                futures.append(e)
+        results: list[BusUnavailable | None] = []
+        for f in futures:
+            if isinstance(f, BusUnavailable):
+                results.append(f)
+                continue
+            try:
+                with translated("publish run"):
+                    async with asyncio.timeout(5):
+                        await f
+                results.append(None)
+            except BusUnavailable as e:
+                results.append(e)
+        return results
+
+    async def publish_status(self, event: StatusEvent) -> None:
+        """Publish one transition to the status stream and wait for JetStream's ack.
+
+        ``Nats-Msg-Id`` = ``<execution id>|<status>|<attempt>``: a retried publish is stored once.
+
+        Raises:
+            BusUnavailable: when it was not acknowledged (the caller retries).
+        """
+        subject = self.config.status_subject(event.owner, event.job_id)
+        msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+        with translated("publish status"):
+            await self.js.publish(
+                subject, run_encoder.encode(event), headers={MSG_ID: msg_id}, timeout=5
+            )
+
+    async def notify(self, notice: JobNotice) -> None:
+        """Core-NATS notice to a partition's owner (best effort: the safety scan covers loss)."""
+        with translated("notify"):
+            await self.nc.publish(
+                self.config.notify_subject(notice.partition), run_encoder.encode(notice)
+            )
+
+    async def subscribe_notices(self, handler: Callable[[JobNotice], Awaitable[None]]) -> Closeable:
+        """Subscribe to notices of every partition; ``handler`` filters by ownership."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                notice = notice_decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("dropping undecodable job notice on %s", msg.subject)
+                return
+            await handler(notice)
+
+        with translated("subscribe to notices"):
+            return Closeable(await self.nc.subscribe(f"{self.config.prefix}.notify.*", cb=on_msg))

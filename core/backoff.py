@@ -1,0 +1,33 @@
+"""Retry delays: exponential backoff with bounded jitter."""
+
+from __future__ import annotations
+
+import random
+
+
+def retry_delay(
+    attempt: int,
+    *,
+    base_s: float,
+    max_s: float,
+    factor: float = 2.0,
+    jitter: float = 0.2,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one.
+
+    ``base_s * factor ** (attempt - 1)``, capped at ``max_s``, then multiplied by a random factor
+    in ``[1 - jitter, 1 + jitter]``. With ``factor=2`` and ``jitter=0.2`` consecutive delays always
+    grow (until the cap) while retries of many runs that failed together still spread out; this
+    is AWS's "exponential backoff and jitter" with a bounded rather than full jitter.
+
+    Raises:
+        ValueError: if ``attempt < 1`` or the bounds are not positive.
+    """
+    if attempt < 1:
+        raise ValueError("attempt is 1-based")
+    if base_s <= 0 or max_s <= 0 or not 0 <= jitter < 1:
+        raise ValueError("base_s and max_s must be > 0 and 0 <= jitter < 1")
+    delay = min(max_s, base_s * factor ** (attempt - 1))
+    r = (rng or random).uniform(1 - jitter, 1 + jitter)
+    return delay * r

@@ -1,0 +1,321 @@
+"""The one schema: msgspec Structs for HTTP bodies, NATS messages and stored documents.
+
+Field names are snake_case in Python and camelCase on the wire and in stored documents
+(``rename="camel"``). Every instant is an aware UTC datetime truncated to milliseconds.
+
+Policy (from STYLE.md): structs are frozen and keyword-only and omit defaults when encoded.
+Only HTTP request bodies (the ``*In`` types) forbid unknown fields; NATS messages and stored
+documents tolerate them so that a rolling upgrade can add fields. A new field always gets a
+default, and a field never changes meaning.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class Model(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, rename="camel"):
+    """Base of every schema type.
+
+    Messages omit fields at their defaults (compact on the wire); resources returned by the API
+    and stored as documents (jobs, executions, schedules) set ``omit_defaults=False`` so every
+    field is always present, ``null`` included: clients and dashboards see one fixed shape.
+    """
+
+
+class JobStatus(enum.StrEnum):
+    """Status of a job, as users see it.
+
+    A one-time job (``immediate`` / ``once``) moves SCHEDULED → RUNNING → SUCCEEDED | FAILED and
+    stays there. A recurring job (``cron`` / ``interval``) is SCHEDULED while it waits for its next
+    run and RUNNING while a run is in progress; the outcome of its latest finished run is in
+    ``lastRunStatus``. A recurring job becomes SUCCEEDED only when its schedule is exhausted (an
+    ``endAt`` passed) and its last run succeeded.
+    """
+
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class ExecutionStatus(enum.StrEnum):
+    """Status of one run: QUEUED → RUNNING → SUCCEEDED | FAILED, with RETRYING between attempts."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    RETRYING = "RETRYING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+TERMINAL_EXECUTION_STATUSES = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED})
+TERMINAL_RANK = 1_000_000
+
+
+def state_rank(status: ExecutionStatus, attempt: int) -> int:
+    """Order of an execution's states, so that a late or duplicate event never moves a run back.
+
+    QUEUED < RUNNING(1) < RETRYING(1) < RUNNING(2) < … < any terminal state. A status update is
+    applied only when its rank is higher than the stored one.
+    """
+    match status:
+        case ExecutionStatus.QUEUED:
+            return 0
+        case ExecutionStatus.RUNNING:
+            return 2 * attempt
+        case ExecutionStatus.RETRYING:
+            return 2 * attempt + 1
+        case _:
+            return TERMINAL_RANK
+
+
+# --- schedules ---------------------------------------------------------------------------------
+
+EverySeconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400, description="seconds")]
+
+
+class ImmediateSchedule(
+    Model, tag="immediate", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
+):
+    """Run once, as soon as possible."""
+
+
+class OnceSchedule(
+    Model, tag="once", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
+):
+    """Run once at ``execute_at`` (RFC 3339 with an offset; stored in UTC)."""
+
+    execute_at: datetime
+
+
+class CronSchedule(
+    Model, tag="cron", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
+):
+    """Run at the fire times of a cron expression evaluated in an IANA time zone."""
+
+    expression: str
+    timezone: str = "UTC"
+
+
+class IntervalSchedule(
+    Model, tag="interval", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
+):
+    """Run every ``every_seconds``; the first run is one interval after creation."""
+
+    every_seconds: EverySeconds
+
+
+Schedule = ImmediateSchedule | OnceSchedule | CronSchedule | IntervalSchedule
+RECURRING_SCHEDULES = (CronSchedule, IntervalSchedule)
+
+
+# Request variants: the same fields, but unknown fields are an error (external input only).
+class ImmediateScheduleIn(
+    ImmediateSchedule, tag="immediate", forbid_unknown_fields=True, frozen=True
+):
+    pass
+
+
+class OnceScheduleIn(OnceSchedule, tag="once", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class CronScheduleIn(CronSchedule, tag="cron", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class IntervalScheduleIn(IntervalSchedule, tag="interval", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+ScheduleIn = ImmediateScheduleIn | OnceScheduleIn | CronScheduleIn | IntervalScheduleIn
+
+# --- jobs --------------------------------------------------------------------------------------
+
+QueueName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=20)]
+TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400, description="seconds")]
+
+
+class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Body of ``POST /jobs``.
+
+    ``max_attempts`` and ``timeout_seconds`` default to the task's defaults; ``queue`` names the
+    work queue (one JetStream subject and one durable consumer per queue).
+    """
+
+    task_id: TaskId
+    schedule: ScheduleIn = msgspec.field(default_factory=ImmediateScheduleIn)
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_attempts: MaxAttempts | None = None
+    timeout_seconds: TimeoutSeconds | None = None
+    queue: QueueName = "default"
+
+
+class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """A configured use of a task. Stored in ``jobs``; returned by the API.
+
+    ``next_run_at`` is the scheduled time of the next run (None when no run is left);
+    ``last_run_at`` is when the latest run started; ``last_scheduled_for`` the scheduled time of
+    the latest dispatched run.
+    """
+
+    id: str
+    owner: str
+    task_id: str
+    schedule: Schedule
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    queue: str = "default"
+    max_attempts: int = 3
+    timeout_seconds: float = 300.0
+    status: JobStatus = JobStatus.SCHEDULED
+    partition: int = 0
+    created_at: datetime
+    updated_at: datetime
+    next_run_at: datetime | None = None
+    last_run_at: datetime | None = None
+    last_run_status: ExecutionStatus | None = None
+    last_error: str | None = None
+    last_execution_id: str | None = None
+    last_scheduled_for: datetime | None = None
+    run_count: int = 0
+
+    @property
+    def recurring(self) -> bool:
+        return isinstance(self.schedule, RECURRING_SCHEDULES)
+
+
+class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One run of a job (one scheduled occurrence), through every attempt. Stored in ``executions``.
+
+    ``id`` is deterministic, ``"<jobId>:<scheduledFor as RFC 3339 UTC with ms>"``, so a duplicate
+    dispatch of the same occurrence can never create a second record; it is also the run's
+    JetStream ``Nats-Msg-Id`` and the idempotency key the task receives.
+    """
+
+    id: str
+    job_id: str
+    owner: str
+    task_id: str
+    queue: str = "default"
+    partition: int = 0
+    status: ExecutionStatus = ExecutionStatus.QUEUED
+    state_rank: int = 0
+    attempt: int = 0
+    max_attempts: int = 3
+    scheduled_for: datetime
+    created_at: datetime
+    updated_at: datetime
+    published_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    worker_id: str | None = None
+    error: str | None = None
+    result: Any = None
+
+
+class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
+    """A page of a listing, newest first; pass ``next_cursor`` back as ``cursor`` (None: end)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+# --- NATS messages -----------------------------------------------------------------------------
+
+
+class RunMessage(Model, kw_only=True, frozen=True):
+    """A due run, published to the work stream subject of its queue.
+
+    Headers: ``Nats-Msg-Id`` = ``execution_id`` (JetStream de-duplication within the stream's
+    duplicate window). ``attempt_offset`` is the number of attempts already spent before this
+    message was published (non-zero when the store re-dispatches a run whose message was lost).
+    """
+
+    execution_id: str
+    job_id: str
+    owner: str
+    partition: int
+    task_id: str
+    queue: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    scheduled_for: datetime
+    published_at: datetime
+    max_attempts: int = 3
+    timeout_seconds: float = 300.0
+    attempt_offset: int = 0
+
+
+class StatusEvent(Model, kw_only=True, frozen=True):
+    """A transition of one execution, published by the actor that caused it.
+
+    Subject ``<prefix>.status.<owner-key>.<job-id>`` of the status stream; recorded into the store
+    by the recorder; the stream sequence is the event id that live clients resume from.
+    """
+
+    execution_id: str
+    job_id: str
+    owner: str
+    partition: int
+    task_id: str
+    status: ExecutionStatus
+    attempt: int = 0
+    at: datetime
+    scheduled_for: datetime
+    queue: str = "default"
+    max_attempts: int = 3
+    published_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    worker_id: str | None = None
+    error: str | None = None
+    result: Any = None
+
+    @property
+    def rank(self) -> int:
+        return state_rank(self.status, self.attempt)
+
+
+class JobNotice(Model, kw_only=True, frozen=True):
+    """Core-NATS notice from a gateway to a partition's owner: a job was created or changed."""
+
+    job_id: str
+    partition: int
+    next_run_at: datetime | None = None
+
+
+# --- errors on the wire ------------------------------------------------------------------------
+
+
+class ProblemField(Model, kw_only=True, frozen=True):
+    field: str
+    reason: str
+
+
+class Problem(Model, kw_only=True, frozen=True):
+    """RFC 9457 problem details (``application/problem+json``), with jobsched extensions
+    ``code`` (stable error code), ``requestId`` and ``errors`` (one entry per invalid field)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    code: str
+    request_id: str | None = None
+    errors: list[ProblemField] | None = None
+
+
+class Health(Model, kw_only=True, frozen=True):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = msgspec.field(default_factory=dict)

@@ -1,0 +1,156 @@
+"""Interfaces the adapters implement (``typing.Protocol``), all on one page.
+
+``store/`` implements :class:`JobStore` (SQLite, MongoDB). Actors and the gateway depend on these
+protocols only, never on a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from core.model import Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Filters of ``list_jobs``; every bound is optional.
+
+    Attributes:
+        status: only jobs in this status.
+        last_run_status: only jobs whose latest finished run ended so (find recurring jobs whose
+            latest run failed with ``FAILED``).
+        created_from: creation time >= this (aware).
+        created_to: creation time < this (aware).
+    """
+
+    status: JobStatus | None = None
+    last_run_status: ExecutionStatus | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """One due run, as the scheduler records it.
+
+    The store inserts ``execution`` unless a record with its id exists, and advances the job
+    with a compare-and-set: only if its ``next_run_at`` still equals ``expected_next_run_at``
+    it sets ``next_run_at`` (None = no run left), ``last_scheduled_for`` and adds one to
+    ``run_count``.
+    """
+
+    execution: Execution
+    expected_next_run_at: datetime
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchOutcome:
+    """What :meth:`JobStore.dispatch` did for one :class:`Dispatch`.
+
+    Attributes:
+        created: the execution record was inserted now (False: it existed already).
+        advanced: the job's compare-and-set succeeded (False: someone else advanced or changed
+            the job; the caller must not publish a run it did not create or advance).
+    """
+
+    created: bool
+    advanced: bool
+
+
+class JobStore(Protocol):
+    """Durable state: jobs and their executions. The source of truth of jobsched.
+
+    Every method is safe to call concurrently from several processes. Connection loss and
+    timeouts raise :class:`core.errors.StoreUnavailable`; driver exceptions never escape.
+    Instants in and out are aware UTC datetimes with millisecond precision.
+    """
+
+    async def open(self) -> None:
+        """Connect and create the schema / indexes if missing (idempotent)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections (idempotent)."""
+        ...
+
+    async def ping(self) -> None:
+        """Return if the store answers; raise StoreUnavailable otherwise."""
+        ...
+
+    async def create_job(self, job: Job) -> Job:
+        """Insert a new job durably (SQLite: committed in WAL; MongoDB: majority, journaled)."""
+        ...
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        """The job ``job_id`` of ``owner``.
+
+        Raises:
+            JobNotFound: no such job, or it belongs to another owner.
+        """
+        ...
+
+    async def list_jobs(
+        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+    ) -> Page[Job]:
+        """``owner``'s jobs, newest first (creation time, then id), ``limit`` per page.
+
+        The cursor is opaque and stays correct while jobs are inserted: newer jobs never shift
+        the pages after it.
+
+        Raises:
+            InvalidRequest: on field ``cursor`` when the cursor cannot be decoded.
+        """
+        ...
+
+    async def list_executions(
+        self, owner: str, job_id: str, *, limit: int, cursor: str | None
+    ) -> Page[Execution]:
+        """Executions of one of ``owner``'s jobs, newest scheduled time first.
+
+        Raises:
+            JobNotFound: as :meth:`get_job`.
+            InvalidRequest: on field ``cursor``.
+        """
+        ...
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        """One execution by id, or None."""
+        ...
+
+    async def get_jobs(self, job_ids: Collection[str]) -> list[Job]:
+        """The jobs among ``job_ids`` that exist (any owner, any order). For actors."""
+        ...
+
+    async def due_jobs(
+        self, partitions: Collection[int], until: datetime, *, limit: int
+    ) -> list[Job]:
+        """Jobs of ``partitions`` due by ``until`` (``next_run_at <= until``), earliest first."""
+        ...
+
+    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+        """Record due runs; see :class:`Dispatch`. Outcomes are in the order of ``runs``.
+
+        Idempotent: repeating a dispatch creates no second execution and advances no job twice.
+        """
+        ...
+
+    async def apply_events(self, events: Sequence[StatusEvent]) -> int:
+        """Record status transitions; return how many changed an execution.
+
+        An event is applied only if its rank (:func:`core.model.state_rank`) is higher than the
+        stored one, so a late or duplicate event never moves a run backwards. The job's summary
+        (``status``, ``lastRunAt``, ``lastRunStatus``, ``lastError``, ``lastExecutionId``) follows
+        the        run with the latest scheduled time that reported.
+        """
+        ...
+
+    async def stale_executions(
+        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+    ) -> list[Execution]:
+        """Unfinished (QUEUED, RUNNING, RETRYING) executions of ``partitions`` whose last
+        transition is older than ``updated_before``, oldest first: candidates for re-dispatch."""
+        ...

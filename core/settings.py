@@ -1,0 +1,140 @@
+"""Settings: one frozen struct, loaded once from ``JOBSCHED_*`` environment variables.
+
+Each field ``foo_bar`` is read from ``JOBSCHED_FOO_BAR``. Only ``jobsched.cli`` reads the
+environment; everything else receives a :class:`Settings` explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "JOBSCHED_"
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every setting, with its environment variable and default.
+
+    Attributes:
+        nats_url: ``JOBSCHED_NATS_URL``; comma-separated server URLs of the NATS cluster.
+        store_url: ``JOBSCHED_STORE_URL``; ``sqlite:///path/to/file.db`` (or a plain path) or
+            ``mongodb://…``. Empty means ``<data_dir>/jobsched.db``.
+        data_dir: ``JOBSCHED_DATA_DIR``; SQLite file, dev nats-server storage, report files.
+        auth_secret: ``JOBSCHED_AUTH_SECRET``; HS256 key that signs bearer tokens (RFC 7519).
+        partitions: ``JOBSCHED_PARTITIONS``; number of partitions of the job space. Fixed for
+            the life of a deployment: it decides which partition owns each stored job.
+        subject_prefix: ``JOBSCHED_SUBJECT_PREFIX``; first token of every NATS subject and the
+            prefix of stream and bucket names, so deployments (and tests) can share a server.
+        http_host / http_port: ``JOBSCHED_HTTP_HOST`` / ``_PORT``; the gateway's listen address.
+        queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.
+        ack_wait_seconds: JetStream ack wait of the work consumers (seconds).
+        max_deliver: JetStream max deliveries of the work consumers; caps jobs' ``maxAttempts``.
+        worker_concurrency: runs of ``io`` tasks a worker process executes at once.
+        worker_cpu_slots: processes in a worker's pool for ``cpu`` tasks; 0 = one per core.
+        scan_interval_seconds: period of the scheduler's safety scan of the store.
+        lookahead_seconds: how far ahead the scheduler loads jobs into its heap.
+        redispatch_after_seconds: a QUEUED run not started after this long is re-published;
+            0 = two ack waits.
+        retry_backoff_seconds / retry_backoff_max_seconds: first and largest delay between attempts.
+        duplicate_window_seconds: JetStream de-duplication window of the work stream.
+        status_retention_seconds: how long the status stream keeps events (replay for live clients).
+        stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
+        max_body_bytes: largest accepted HTTP request body.
+        drain_timeout_seconds: on SIGTERM, how long in-flight runs may finish before hand-back.
+        tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
+        worker_id: name of this worker in execution records; empty = ``<hostname>-<pid>``.
+        log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
+    """
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    store_url: str = ""
+    data_dir: str = "./data"
+    auth_secret: str = ""
+    partitions: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
+    subject_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,32}$")] = "jobsched"
+    http_host: str = "127.0.0.1"
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    queues: str = "default"
+    ack_wait_seconds: Positive = 30.0
+    max_deliver: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
+    worker_concurrency: PositiveInt = 64
+    worker_cpu_slots: Annotated[int, msgspec.Meta(ge=0)] = 0
+    scan_interval_seconds: Positive = 5.0
+    lookahead_seconds: Positive = 30.0
+    redispatch_after_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    retry_backoff_seconds: Positive = 1.0
+    retry_backoff_max_seconds: Positive = 300.0
+    duplicate_window_seconds: Positive = 120.0
+    status_retention_seconds: Positive = 86400.0
+    stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    max_body_bytes: PositiveInt = 64 * 1024
+    drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    tasks: str = "jobsched.tasks:builtin_catalog"
+    worker_id: str = ""
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{Path(self.data_dir).resolve() / 'jobsched.db'}"
+
+    @property
+    def queue_names(self) -> list[str]:
+        return [q.strip() for q in self.queues.split(",") if q.strip()]
+
+    @property
+    def redispatch_after(self) -> float:
+        return self.redispatch_after_seconds or 2 * self.ack_wait_seconds
+
+    @property
+    def resolved_worker_id(self) -> str:
+        return self.worker_id or f"{os.uname().nodename}-{os.getpid()}"
+
+    @classmethod
+    def env_names(cls) -> frozenset[str]:
+        """Every environment variable the settings read."""
+        return frozenset(PREFIX + f.upper() for f in cls.__struct_fields__)
+
+
+def load_settings(env: Mapping[str, str], **overrides: object) -> Settings:
+    """Build :class:`Settings` from ``JOBSCHED_*`` entries of ``env`` plus explicit overrides.
+
+    Unknown ``JOBSCHED_*`` variables are logged as warnings (``JOBSCHED_TEST_*`` is reserved for
+    the test suite and ignored) so a typo does not pass silently.
+
+    Raises:
+        ConfigError: naming the variable and the reason when a value has the wrong type or range.
+    """
+    known = Settings.__struct_fields__
+    raw: dict[str, object] = {}
+    for name, value in env.items():
+        if not name.startswith(PREFIX) or name.startswith(PREFIX + "TEST_"):
+            continue
+        key = name[len(PREFIX) :].lower()
+        if key in known:
+            raw[key] = value
+        else:
+            log.warning("ignoring unknown setting %s", name)
+    raw.update(overrides)
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"invalid setting: {_name_in(str(e))}") from None
+
+
+def _name_in(message: str) -> str:
+    head, sep, path = message.partition(" - at `$.")
+    if not sep:
+        return message
+    return f"{PREFIX}{path.rstrip('`').upper()}: {head}"

@@ -1,0 +1,3 @@
+from jobsched.cli import main
+
+main()

@@ -1,0 +1,433 @@
+"""The ``jobsched`` command line: run the services, mint tokens, talk to the API.
+
+The only place that reads the environment, configures logging and installs signal handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+
+from core.errors import ConfigError, JobschedError
+from core.settings import Settings, load_settings
+from gateway.auth import mint_token
+from jobsched.client import ApiError, JobschedClient
+from jobsched.logs import configure_logging
+from jobsched.natsserver import NatsServer, find_nats_server
+from jobsched.runtime import Roles, auth_secret, serve
+
+T = TypeVar("T")
+DEV_FILE = "dev.json"
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return load_settings(os.environ, **{k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as e:
+        raise click.ClickException(e.message) from None
+
+
+def _run_until_signal(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main(stop)``; SIGINT/SIGTERM set ``stop`` (a second signal exits at once)."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                os._exit(130)
+            click.echo("\nstopping (again to force)…", err=True)
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        await main(stop)
+
+    try:
+        asyncio.run(runner())
+    except JobschedError as e:
+        raise click.ClickException(e.message) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobsched")
+def main() -> None:
+    """jobsched: a distributed job scheduler on NATS JetStream.
+
+    Start everything on this machine with `jobsched dev`, then use `jobsched submit`,
+    `jobsched list` and `jobsched get` in another terminal.
+    """
+
+
+# --- services --------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where SQLite, NATS storage, reports and the dev token live. [default: ./data]",
+)
+@click.option(
+    "--port", type=int, default=None, help="Gateway port; 0 picks a free one. [default: 8080]"
+)
+@click.option("--demo", is_flag=True, help="Submit the three example jobs once ready.")
+def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
+    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker."""
+    settings = _settings(data_dir=str(data_dir) if data_dir else None, http_port=port)
+    configure_logging(settings.log_format, settings.log_level)
+    data = Path(settings.data_dir).resolve()
+    try:
+        binary = find_nats_server(os.environ)
+    except ConfigError as e:
+        raise click.ClickException(e.message) from None
+    server = NatsServer(binary, data / "nats", log_file=data / "nats-server.log")
+    data.mkdir(parents=True, exist_ok=True)
+    (data / DEV_FILE).unlink(missing_ok=True)
+    url = server.start()
+
+    async def main_(stop: asyncio.Event) -> None:
+        started: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+
+        async def announce() -> None:
+            info = await started
+            secret = auth_secret(settings, create_in=data)
+            token = mint_token(secret, "dev", ttl=timedelta(days=30))
+            (data / DEV_FILE).write_text(json.dumps({"url": info["url"], "token": token}))
+            click.echo(_ready_banner(info["url"], token, data, url))
+            if demo:
+                await submit_demo_jobs(info["url"], token)
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(announce(), name="announce")
+            await serve(
+                settings,
+                Roles(gateway=True, scheduler=True, worker=True),
+                stop,
+                servers=url,
+                started=started,
+                secret_dir=data,
+            )
+
+    try:
+        _run_until_signal(main_)
+    finally:
+        server.stop()
+        (data / DEV_FILE).unlink(missing_ok=True)
+
+
+def _ready_banner(url: str, token: str, data: Path, nats_url: str) -> str:
+    return f"""
+jobsched dev is ready
+  API       {url}
+  NATS      {nats_url}
+  data dir  {data}
+  token     {token}
+
+Try:
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
+       -d '{{"taskId": "noop"}}' {url}/jobs
+  jobsched submit generate_report --param reportType=sales --param region=eu-west
+  jobsched list
+(the CLI finds this server and its token in {data / DEV_FILE}; Ctrl-C stops)
+"""
+
+
+async def submit_demo_jobs(url: str, token: str) -> None:
+    """The three example jobs of the product design."""
+    at = datetime.now(UTC) + timedelta(seconds=10)
+    demo_jobs: list[dict[str, Any]] = [
+        {
+            "taskId": "generate_report",
+            "parameters": {"reportType": "sales", "region": "ACME-42"},
+            "schedule": {"type": "immediate"},
+        },
+        {
+            "taskId": "cleanup_export",
+            "parameters": {"exportId": "ACME-42-2026"},
+            "schedule": {"type": "once", "executeAt": at.isoformat()},
+        },
+        {
+            "taskId": "generate_report",
+            "parameters": {"reportType": "usage", "region": "ACME-42"},
+            "schedule": {"type": "cron", "expression": "* * * * *", "timezone": "Europe/Berlin"},
+        },
+    ]
+    async with JobschedClient(url, token) as client:
+        for body in demo_jobs:
+            job = await client.create_job(body)
+            click.echo(
+                f"demo: submitted {job.task_id} ({body['schedule']['type']}) as job {job.id}, "
+                f"next run {job.next_run_at}"
+            )
+
+
+def _service(roles: Roles) -> None:
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
+    _run_until_signal(lambda stop: serve(settings, roles, stop))
+
+
+@main.command()
+def gateway() -> None:
+    """The HTTP API (JOBSCHED_NATS_URL, JOBSCHED_STORE_URL, JOBSCHED_AUTH_SECRET)."""
+    _service(Roles(gateway=True))
+
+
+@main.command()
+def scheduler() -> None:
+    """A scheduler and status recorder (JOBSCHED_NATS_URL, JOBSCHED_STORE_URL)."""
+    _service(Roles(scheduler=True))
+
+
+@main.command()
+def worker() -> None:
+    """A worker executing runs of JOBSCHED_QUEUES (needs JOBSCHED_NATS_URL only)."""
+    _service(Roles(worker=True))
+
+
+@main.command()
+@click.option("--user", required=True, help="The user the token identifies (its `sub`).")
+@click.option("--ttl-hours", type=float, default=24.0, show_default=True, help="Validity.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Use the dev secret kept in this data dir when JOBSCHED_AUTH_SECRET is unset.",
+)
+def token(user: str, ttl_hours: float, data_dir: Path | None) -> None:
+    """Print a bearer token for USER signed with the configured secret."""
+    settings = _settings(data_dir=str(data_dir) if data_dir else None)
+    dev_dir = Path(settings.data_dir)
+    has_dev_secret = (dev_dir / "auth-secret").exists()
+    try:
+        secret = auth_secret(settings, create_in=dev_dir if has_dev_secret else None)
+    except ConfigError as e:
+        raise click.ClickException(e.message) from None
+    click.echo(mint_token(secret, user, ttl=timedelta(hours=ttl_hours)))
+
+
+# --- client commands -------------------------------------------------------------------------
+
+
+def _client_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--url",
+        envvar="JOBSCHED_URL",
+        default=None,
+        help="Gateway URL [env JOBSCHED_URL; default: the running `jobsched dev`].",
+    )(f)
+    f = click.option(
+        "--token",
+        envvar="JOBSCHED_TOKEN",
+        default=None,
+        help="Bearer token [env JOBSCHED_TOKEN; default: the running `jobsched dev`'s].",
+    )(f)
+    return f
+
+
+def _endpoint(url: str | None, tok: str | None) -> tuple[str, str]:
+    if url and tok:
+        return url, tok
+    dev_file = Path(os.environ.get("JOBSCHED_DATA_DIR", "./data")) / DEV_FILE
+    dev_info: dict[str, str] = {}
+    if dev_file.exists():
+        dev_info = json.loads(dev_file.read_text())
+    url = url or dev_info.get("url")
+    tok = tok or dev_info.get("token")
+    if not url or not tok:
+        raise click.ClickException(
+            "no gateway given: pass --url and --token (or JOBSCHED_URL / JOBSCHED_TOKEN), "
+            "or start `jobsched dev` in this directory"
+        )
+    return url, tok
+
+
+def _call(url: str | None, tok: str | None, fn: Callable[[JobschedClient], Awaitable[T]]) -> T:
+    base, bearer = _endpoint(url, tok)
+
+    async def go() -> T:
+        async with JobschedClient(base, bearer) as client:
+            return await fn(client)
+
+    try:
+        return asyncio.run(go())
+    except ApiError as e:
+        raise click.ClickException(str(e)) from None
+    except (OSError, TimeoutError) as e:
+        raise click.ClickException(f"cannot reach {base}: {e}") from None
+
+
+def _echo_json(obj: Any) -> None:
+    click.echo(json.dumps(msgspec.to_builtins(obj), indent=2))
+
+
+def _parse_param(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+@main.command()
+@click.argument("task_id")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A parameter (VALUE is parsed as JSON when it can be). Repeatable.",
+)
+@click.option("--params-json", default=None, help="All parameters as one JSON object.")
+@click.option(
+    "--at", "execute_at", default=None, help="Run once at this RFC 3339 time (with offset)."
+)
+@click.option("--cron", default=None, help="Run on this cron expression.")
+@click.option("--timezone", "tz", default=None, help="IANA time zone of --cron [default: UTC].")
+@click.option("--every", type=float, default=None, help="Run every N seconds.")
+@click.option("--max-attempts", type=int, default=None)
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Run timeout in seconds.")
+@click.option("--queue", default=None)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=None,
+    help="Wait up to N seconds for a one-time job to finish.",
+)
+@_client_options
+def submit(
+    task_id: str,
+    params: tuple[str, ...],
+    params_json: str | None,
+    execute_at: str | None,
+    cron: str | None,
+    tz: str | None,
+    every: float | None,
+    max_attempts: int | None,
+    timeout_s: float | None,
+    queue: str | None,
+    wait_s: float | None,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Create a job running TASK_ID (immediately unless --at, --cron or --every)."""
+    if sum(x is not None for x in (execute_at, cron, every)) > 1:
+        raise click.UsageError("use at most one of --at, --cron, --every")
+    schedule: dict[str, Any] = {"type": "immediate"}
+    if execute_at:
+        schedule = {"type": "once", "executeAt": execute_at}
+    elif cron:
+        schedule = {"type": "cron", "expression": cron, **({"timezone": tz} if tz else {})}
+    elif every is not None:
+        schedule = {"type": "interval", "everySeconds": every}
+    parameters = json.loads(params_json) if params_json else {}
+    parameters.update(_parse_param(params))
+    body: dict[str, Any] = {"taskId": task_id, "schedule": schedule, "parameters": parameters}
+    for key, value in (
+        ("maxAttempts", max_attempts),
+        ("timeoutSeconds", timeout_s),
+        ("queue", queue),
+    ):
+        if value is not None:
+            body[key] = value
+
+    async def go(client: JobschedClient) -> Any:
+        job = await client.create_job(body)
+        if wait_s is not None:
+            job = await client.wait_for_status(job.id, {"SUCCEEDED", "FAILED"}, timeout_s=wait_s)
+        return job
+
+    _echo_json(_call(url, token, go))
+
+
+@main.command(name="list")
+@click.option("--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED or FAILED.")
+@click.option(
+    "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
+)
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--cursor", default=None, help="nextCursor of a previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON page.")
+@_client_options
+def list_(
+    status: str | None,
+    last_run_status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """List your jobs, newest first."""
+    page = _call(
+        url,
+        token,
+        lambda c: c.list_jobs(
+            status=status, last_run_status=last_run_status, limit=limit, cursor=cursor
+        ),
+    )
+    if as_json:
+        _echo_json(page)
+        return
+    click.echo(f"{'ID':32}  {'TASK':16} {'SCHEDULE':9} {'STATUS':9} {'LAST RUN':9} NEXT RUN")
+    for j in page.items:
+        nxt = j.next_run_at.isoformat() if j.next_run_at else "-"
+        last = j.last_run_status or "-"
+        kind = type(j.schedule).__name__.removesuffix("Schedule").lower()
+        click.echo(f"{j.id:32}  {j.task_id:16} {kind:9} {j.status:9} {last:9} {nxt}")
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--executions", "-e", is_flag=True, help="Also list its runs, newest first.")
+@_client_options
+def get(job_id: str, executions: bool, url: str | None, token: str | None) -> None:
+    """Show one job (and its runs)."""
+
+    async def go(client: JobschedClient) -> Any:
+        job = await client.get_job(job_id)
+        if not executions:
+            return job
+        runs = await client.list_executions(job_id, limit=50)
+        return {"job": msgspec.to_builtins(job), "executions": msgspec.to_builtins(runs.items)}
+
+    _echo_json(_call(url, token, go))
+
+
+@main.command()
+@_client_options
+def tasks(url: str | None, token: str | None) -> None:
+    """List the tasks the deployment can run."""
+    for t in _call(url, token, lambda c: c.tasks()):
+        props = ", ".join(
+            t["parameters"]
+            .get("$defs", {})
+            .get(next(iter(t["parameters"].get("$defs", {"x": {}}))), {})
+            .get("properties", {})
+        )
+        click.echo(f"{t['taskId']:16} {t['kind']:4} {t['description']}  params: {props or '-'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Wiring: build stores, buses and actors from :class:`Settings` and run them until stopped.
+
+The CLI is the only caller; it reads the environment, configures logging, installs signal
+handlers and passes a ``stop`` event in. Every role shuts down in two phases: stop intake and
+drain in-flight work up to the drain timeout, then cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from aiohttp import web
+
+from actors.recorder import Recorder
+from actors.scheduler import Scheduler, SchedulerConfig
+from actors.worker import Worker, WorkerConfig
+from bus.nats import Bus, BusConfig
+from core.clock import Clock, SystemClock
+from core.errors import ConfigError
+from core.ports import JobStore
+from core.settings import Settings
+from core.tasks import TaskCatalog
+from gateway.app import GatewayConfig, GatewayDeps, create_app
+from store import create_store
+
+log = logging.getLogger(__name__)
+
+MIN_SECRET_BYTES = 32
+
+
+class Actor(Protocol):
+    name: str
+    ready: asyncio.Event
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def load_catalog(ref: str) -> TaskCatalog:
+    """Call the ``module:callable`` named by the ``tasks`` setting.
+
+    Raises:
+        ConfigError: when it cannot be imported or does not return a TaskCatalog.
+    """
+    module_name, _, attr = ref.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"JOBSCHED_TASKS={ref}: cannot load it ({e})") from None
+    catalog = factory()
+    if not isinstance(catalog, TaskCatalog):
+        raise ConfigError(
+            f"JOBSCHED_TASKS={ref} returned {type(catalog).__name__}, not a TaskCatalog"
+        )
+    return catalog
+
+
+def auth_secret(settings: Settings, *, create_in: Path | None = None) -> str:
+    """The token-signing key: ``JOBSCHED_AUTH_SECRET``, or (dev only) one kept in the data dir.
+
+    Raises:
+        ConfigError: when unset outside dev, or shorter than 32 bytes (RFC 7518 §3.2).
+    """
+    secret = settings.auth_secret
+    if not secret and create_in is not None:
+        path = create_in / "auth-secret"
+        if not path.exists():
+            create_in.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_hex(32))
+            path.chmod(0o600)
+        secret = path.read_text().strip()
+    if not secret:
+        raise ConfigError("JOBSCHED_AUTH_SECRET is not set; set it to a random string of 32+ bytes")
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        raise ConfigError(f"JOBSCHED_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes long")
+    return secret
+
+
+def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
+    return BusConfig(
+        servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
+        prefix=settings.subject_prefix,
+        ack_wait_s=settings.ack_wait_seconds,
+        max_deliver=settings.max_deliver,
+        duplicate_window_s=settings.duplicate_window_seconds,
+        status_retention_s=settings.status_retention_seconds,
+        replicas=settings.stream_replicas,
+    )
+
+
+def scheduler_config(settings: Settings) -> SchedulerConfig:
+    return SchedulerConfig(
+        partitions=settings.partitions,
+        scan_interval_s=settings.scan_interval_seconds,
+        lookahead_s=settings.lookahead_seconds,
+        redispatch_after_s=settings.redispatch_after,
+    )
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    return WorkerConfig(
+        worker_id=settings.resolved_worker_id,
+        queues=tuple(settings.queue_names),
+        concurrency=settings.worker_concurrency,
+        cpu_slots=settings.worker_cpu_slots,
+        ack_wait_s=settings.ack_wait_seconds,
+        backoff_s=settings.retry_backoff_seconds,
+        backoff_max_s=settings.retry_backoff_max_seconds,
+        data_dir=str(Path(settings.data_dir).resolve()),
+        drain_timeout_s=settings.drain_timeout_seconds,
+    )
+
+
+def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
+    return GatewayConfig(
+        auth_secret=secret,
+        partitions=settings.partitions,
+        max_body_bytes=settings.max_body_bytes,
+        max_attempts_limit=settings.max_deliver,
+    )
+
+
+@asynccontextmanager
+async def opened_store(settings: Settings) -> AsyncIterator[JobStore]:
+    store = create_store(settings.resolved_store_url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def connected_bus(
+    settings: Settings, name: str, servers: str | None = None
+) -> AsyncIterator[Bus]:
+    bus = Bus(bus_config(settings, servers), name=name)
+    await bus.connect()
+    try:
+        await bus.ensure_streams()
+        yield bus
+    finally:
+        await bus.close()
+
+
+@dataclass
+class Gateway:
+    """The HTTP server as an actor."""
+
+    app: web.Application
+    host: str
+    port: int
+    name: str = "gateway"
+
+    def __post_init__(self) -> None:
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.url = ""
+
+    async def run(self) -> None:
+        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+            port = runner.addresses[0][1] if runner.addresses else self.port
+            self.url = f"http://{self.host}:{port}"
+            self.ready.set()
+            log.info("gateway listening on %s", self.url)
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def run_actors(actors: list[Actor], stop: asyncio.Event) -> None:
+    """Run ``actors`` until ``stop`` is set or one of them fails; then stop them all."""
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(a.run(), name=a.name) for a in actors]
+
+        async def stopper() -> None:
+            waiter = tg.create_task(stop.wait(), name="stop-signal")
+            await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            for a in actors:
+                a.stop()
+
+        tg.create_task(stopper(), name="stopper")
+
+
+@dataclass
+class Roles:
+    """Which roles a process runs. The recorder (status events → store) runs wherever the
+    scheduler runs unless ``recorder`` says otherwise."""
+
+    gateway: bool = False
+    scheduler: bool = False
+    worker: bool = False
+    recorder: bool | None = None
+
+    @property
+    def runs_recorder(self) -> bool:
+        return self.scheduler if self.recorder is None else self.recorder
+
+
+async def serve(
+    settings: Settings,
+    roles: Roles,
+    stop: asyncio.Event,
+    *,
+    servers: str | None = None,
+    clock: Clock | None = None,
+    started: asyncio.Future[dict[str, str]] | None = None,
+    secret_dir: Path | None = None,
+) -> None:
+    """Run the given roles in this process until ``stop`` is set.
+
+    ``started`` (if given)
+    receives ``{"url": gateway URL}`` once every actor is ready.
+    """
+    clock = clock or SystemClock()
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(connected_bus(settings, "jobsched", servers))
+        actors: list[Actor] = []
+        gateway: Gateway | None = None
+        store: JobStore | None = None
+        if roles.gateway or roles.scheduler or roles.runs_recorder:
+            store = await stack.enter_async_context(opened_store(settings))
+        if roles.gateway:
+            assert store is not None
+            secret = auth_secret(settings, create_in=secret_dir)
+            deps = GatewayDeps(
+                store, bus, load_catalog(settings.tasks), clock, gateway_config(settings, secret)
+            )
+            gateway = Gateway(create_app(deps), settings.http_host, settings.http_port)
+            actors.append(gateway)
+        if roles.scheduler:
+            assert store is not None
+            actors.append(Scheduler(store, bus, clock, scheduler_config(settings)))
+        if roles.runs_recorder:
+            assert store is not None
+            actors.append(Recorder(bus, store))
+        if roles.worker:
+            actors.append(Worker(bus, load_catalog(settings.tasks), clock, worker_config(settings)))
+
+        async def announce() -> None:
+            await asyncio.gather(*(a.ready.wait() for a in actors))
+            if started is not None and not started.done():
+                started.set_result({"url": gateway.url if gateway else ""})
+
+        async with asyncio.TaskGroup() as tg:
+            announcer = tg.create_task(announce(), name="announce-ready")
+            try:
+                await run_actors(actors, stop)
+            finally:
+                announcer.cancel()

@@ -1,0 +1,589 @@
+"""Embedded store on SQLite (aiosqlite): the default of ``jobsched dev`` and single-node setups.
+
+One database file in the data directory, in WAL mode (readers never block the writer) with
+``synchronous=FULL`` so that a committed job survives a power loss. Several processes of one host
+may share the file; writes are serialized by SQLite's lock (``busy_timeout``) and, inside a
+process, by an asyncio lock around each write transaction.
+
+Mutable job fields are columns so that the scheduler's compare-and-set and the recorder's
+conditional transitions are single SQL statements; the immutable part of a job (task,
+schedule, parameters, options) is one msgspec-JSON column.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import msgspec
+
+from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.model import (
+    TERMINAL_EXECUTION_STATUSES,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    Model,
+    Page,
+    Schedule,
+    StatusEvent,
+)
+from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.timeutil import from_epoch_ms, to_epoch_ms
+from store.cursor import decode_cursor, encode_cursor
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    next_run_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    last_run_at INTEGER,
+    last_run_status TEXT,
+    last_error TEXT,
+    last_execution_id TEXT,
+    last_scheduled_for INTEGER,
+    last_run_scheduled_for INTEGER,
+    run_count INTEGER NOT NULL DEFAULT 0,
+    spec BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_owner_created ON jobs (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_owner_status_created
+    ON jobs (owner, status, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_owner_last_run_status_created
+    ON jobs (owner, last_run_status, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    status TEXT NOT NULL,
+    state_rank INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    scheduled_for INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    published_at INTEGER,
+    started_at INTEGER,
+    finished_at INTEGER,
+    next_attempt_at INTEGER,
+    worker_id TEXT,
+    error TEXT,
+    result BLOB
+);
+CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
+CREATE INDEX IF NOT EXISTS executions_owner_status
+    ON executions (owner, status, scheduled_for DESC);
+CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
+    WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
+"""
+
+JOB_COLUMNS = (
+    "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
+    "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec"
+)
+EXECUTION_COLUMNS = (
+    "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
+    "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
+    "next_attempt_at, worker_id, error, result"
+)
+
+UPSERT_EVENT = f"""
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * 20)})
+ON CONFLICT(id) DO UPDATE SET
+    status = excluded.status,
+    state_rank = excluded.state_rank,
+    attempt = excluded.attempt,
+    updated_at = excluded.updated_at,
+    published_at = COALESCE(executions.published_at, excluded.published_at),
+    started_at = COALESCE(executions.started_at, excluded.started_at),
+    finished_at = excluded.finished_at,
+    next_attempt_at = excluded.next_attempt_at,
+    worker_id = COALESCE(excluded.worker_id, executions.worker_id),
+    error = CASE WHEN excluded.status = 'SUCCEEDED' THEN NULL
+                 ELSE COALESCE(excluded.error, executions.error) END,
+    result = excluded.result
+WHERE excluded.state_rank > executions.state_rank
+"""
+
+JOB_SUMMARY = """
+UPDATE jobs SET
+    status = CASE
+        WHEN :status IN ('RUNNING', 'RETRYING') THEN 'RUNNING'
+        WHEN next_run_at IS NULL THEN :status
+        ELSE 'SCHEDULED' END,
+    last_run_at = COALESCE(:started_at, last_run_at),
+    last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,
+    last_error = CASE WHEN :status = 'SUCCEEDED' THEN NULL
+                      ELSE COALESCE(:error, last_error) END,
+    last_execution_id = :execution_id,
+    last_run_scheduled_for = :scheduled_for,
+    updated_at = :now
+WHERE id = :job_id
+  AND (last_run_scheduled_for IS NULL OR last_run_scheduled_for <= :scheduled_for)
+  AND EXISTS (SELECT 1 FROM executions WHERE id = :execution_id AND state_rank = :rank)
+"""
+
+ADVANCE = """
+UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?
+WHERE id = ? AND next_run_at = ?
+"""
+
+
+class _Spec(Model, kw_only=True, frozen=True):
+    """The immutable part of a job, stored as one JSON column."""
+
+    task_id: str
+    schedule: Schedule
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    queue: str = "default"
+    max_attempts: int = 3
+    timeout_seconds: float = 300.0
+
+
+_spec_encoder = msgspec.json.Encoder()
+_spec_decoder = msgspec.json.Decoder(_Spec)
+_json_decoder = msgspec.json.Decoder()
+
+
+def _ms(t: datetime | None) -> int | None:
+    return None if t is None else to_epoch_ms(t)
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else from_epoch_ms(ms)
+
+
+def _job_from_row(row: sqlite3.Row) -> Job:
+    spec = _spec_decoder.decode(row["spec"])
+    return Job(
+        id=row["id"],
+        owner=row["owner"],
+        task_id=spec.task_id,
+        schedule=spec.schedule,
+        parameters=spec.parameters,
+        queue=spec.queue,
+        max_attempts=spec.max_attempts,
+        timeout_seconds=spec.timeout_seconds,
+        status=JobStatus(row["status"]),
+        partition=row["partition"],
+        created_at=from_epoch_ms(row["created_at"]),
+        updated_at=from_epoch_ms(row["updated_at"]),
+        next_run_at=_dt(row["next_run_at"]),
+        last_run_at=_dt(row["last_run_at"]),
+        last_run_status=ExecutionStatus(row["last_run_status"]) if row["last_run_status"] else None,
+        last_error=row["last_error"],
+        last_execution_id=row["last_execution_id"],
+        last_scheduled_for=_dt(row["last_scheduled_for"]),
+        run_count=row["run_count"],
+    )
+
+
+def _job_row(job: Job) -> tuple[Any, ...]:
+    spec = _Spec(
+        task_id=job.task_id,
+        schedule=job.schedule,
+        parameters=job.parameters,
+        queue=job.queue,
+        max_attempts=job.max_attempts,
+        timeout_seconds=job.timeout_seconds,
+    )
+    return (
+        job.id,
+        job.owner,
+        job.partition,
+        job.status.value,
+        _ms(job.next_run_at),
+        to_epoch_ms(job.created_at),
+        to_epoch_ms(job.updated_at),
+        _ms(job.last_run_at),
+        job.last_run_status.value if job.last_run_status else None,
+        job.last_error,
+        job.last_execution_id,
+        _ms(job.last_scheduled_for),
+        job.run_count,
+        _spec_encoder.encode(spec),
+    )
+
+
+def _execution_from_row(row: sqlite3.Row) -> Execution:
+    return Execution(
+        id=row["id"],
+        job_id=row["job_id"],
+        owner=row["owner"],
+        partition=row["partition"],
+        task_id=row["task_id"],
+        queue=row["queue"],
+        status=ExecutionStatus(row["status"]),
+        state_rank=row["state_rank"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        scheduled_for=from_epoch_ms(row["scheduled_for"]),
+        created_at=from_epoch_ms(row["created_at"]),
+        updated_at=from_epoch_ms(row["updated_at"]),
+        published_at=_dt(row["published_at"]),
+        started_at=_dt(row["started_at"]),
+        finished_at=_dt(row["finished_at"]),
+        next_attempt_at=_dt(row["next_attempt_at"]),
+        worker_id=row["worker_id"],
+        error=row["error"],
+        result=None if row["result"] is None else _json_decoder.decode(row["result"]),
+    )
+
+
+def _execution_row(e: Execution) -> tuple[Any, ...]:
+    return (
+        e.id,
+        e.job_id,
+        e.owner,
+        e.partition,
+        e.task_id,
+        e.queue,
+        e.status.value,
+        e.state_rank,
+        e.attempt,
+        e.max_attempts,
+        to_epoch_ms(e.scheduled_for),
+        to_epoch_ms(e.created_at),
+        to_epoch_ms(e.updated_at),
+        _ms(e.published_at),
+        _ms(e.started_at),
+        _ms(e.finished_at),
+        _ms(e.next_attempt_at),
+        e.worker_id,
+        e.error,
+        None if e.result is None else msgspec.json.encode(e.result),
+    )
+
+
+def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
+    at = to_epoch_ms(ev.at)
+    return (
+        ev.execution_id,
+        ev.job_id,
+        ev.owner,
+        ev.partition,
+        ev.task_id,
+        ev.queue,
+        ev.status.value,
+        ev.rank,
+        ev.attempt,
+        ev.max_attempts,
+        to_epoch_ms(ev.scheduled_for),
+        at,
+        at,
+        _ms(ev.published_at),
+        _ms(ev.started_at),
+        _ms(ev.finished_at),
+        _ms(ev.next_attempt_at),
+        ev.worker_id,
+        ev.error,
+        None if ev.result is None else msgspec.json.encode(ev.result),
+    )
+
+
+def _summary_params(ev: StatusEvent) -> dict[str, Any]:
+    return {
+        "status": ev.status.value,
+        "started_at": _ms(ev.started_at),
+        "terminal": ev.status in TERMINAL_EXECUTION_STATUSES,
+        "error": ev.error,
+        "execution_id": ev.execution_id,
+        "scheduled_for": to_epoch_ms(ev.scheduled_for),
+        "now": to_epoch_ms(ev.at),
+        "job_id": ev.job_id,
+        "rank": ev.rank,
+    }
+
+
+def path_from_url(url: str) -> Path:
+    """The database file of a ``sqlite:///abs/path.db`` URL or a plain path."""
+    return Path(url.removeprefix("sqlite://") if url.startswith("sqlite://") else url)
+
+
+class SqliteStore:
+    """:class:`core.ports.JobStore` on one SQLite file.
+
+    Args:
+        path: the database file; its directory is created if missing.
+        busy_timeout_s: how long a write waits for another process's lock before the store
+            reports :class:`StoreUnavailable` (seconds).
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout_ms = int(busy_timeout_s * 1000)
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _translated():
+            self._writer = await self._connect()
+            await self._writer.executescript(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
+            )
+            self._reader = await self._connect()
+
+    async def _connect(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        await conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+        await conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    async def close(self) -> None:
+        writer, reader, self._writer, self._reader = self._writer, self._reader, None, None
+        for conn in (reader, writer):
+            if conn is not None:
+                await conn.close()
+
+    @property
+    def _w(self) -> aiosqlite.Connection:
+        if self._writer is None:
+            raise StoreUnavailable("the store is not open")
+        return self._writer
+
+    @property
+    def _r(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise StoreUnavailable("the store is not open")
+        return self._reader
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._write_lock:
+            with _translated():
+                conn = self._w
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    await asyncio.shield(conn.rollback())
+                    raise
+                await conn.commit()
+
+    async def _fetch(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+    ) -> list[sqlite3.Row]:
+        with _translated():
+            return list(await self._r.execute_fetchall(sql, params))
+
+    async def ping(self) -> None:
+        await self._fetch("SELECT 1")
+
+    async def create_job(self, job: Job) -> Job:
+        async with self._transaction() as conn:
+            try:
+                await conn.execute(
+                    f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                    _job_row(job),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(f"job {job.id} exists") from None
+        return job
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+        )
+        if not rows:
+            raise JobNotFound(f"job {job_id} not found")
+        return _job_from_row(rows[0])
+
+    async def list_jobs(
+        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+    ) -> Page[Job]:
+        where, params = ["owner = ?"], [owner]
+        if query.status is not None:
+            where.append("status = ?")
+            params.append(query.status.value)
+        if query.last_run_status is not None:
+            where.append("last_run_status = ?")
+            params.append(query.last_run_status.value)
+        if query.created_from is not None:
+            where.append("created_at >= ?")
+            params.append(to_epoch_ms(query.created_from))  # type: ignore[arg-type]
+        if query.created_to is not None:
+            where.append("created_at < ?")
+            params.append(to_epoch_ms(query.created_to))  # type: ignore[arg-type]
+        if cursor is not None:
+            created_ms, last_id = decode_cursor(cursor)
+            where.append("(created_at, id) < (?, ?)")
+            params.extend([created_ms, last_id])  # type: ignore[list-item]
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            [*params, limit + 1],
+        )
+        items = [_job_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].created_at), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
+
+    async def list_executions(
+        self, owner: str, job_id: str, *, limit: int, cursor: str | None
+    ) -> Page[Execution]:
+        await self.get_job(owner, job_id)
+        where, params = ["job_id = ?"], [job_id]
+        if cursor is not None:
+            sf_ms, last_id = decode_cursor(cursor)
+            where.append("(scheduled_for, id) < (?, ?)")
+            params.extend([sf_ms, last_id])  # type: ignore[list-item]
+        rows = await self._fetch(
+            f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE {' AND '.join(where)} "
+            "ORDER BY scheduled_for DESC, id DESC LIMIT ?",
+            [*params, limit + 1],
+        )
+        items = [_execution_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].scheduled_for), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        rows = await self._fetch(
+            f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?", (execution_id,)
+        )
+        return _execution_from_row(rows[0]) if rows else None
+
+    async def get_jobs(self, job_ids: Collection[str]) -> list[Job]:
+        ids = list(job_ids)
+        jobs: list[Job] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = await self._fetch(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+            )
+            jobs.extend(_job_from_row(r) for r in rows)
+        return jobs
+
+    async def due_jobs(
+        self, partitions: Collection[int], until: datetime, *, limit: int
+    ) -> list[Job]:
+        parts = sorted(partitions)
+        if not parts:
+            return []
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE partition IN ({', '.join('?' * len(parts))}) "
+            "AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
+            [*parts, to_epoch_ms(until), limit],
+        )
+        return [_job_from_row(r) for r in rows]
+
+    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+        if not runs:
+            return []
+        async with self._transaction() as conn:
+            now = to_epoch_ms(runs[0].execution.created_at)
+            await conn.executemany(
+                ADVANCE,
+                [
+                    (
+                        _ms(d.next_run_at),
+                        to_epoch_ms(d.execution.scheduled_for),
+                        now,
+                        d.execution.job_id,
+                        to_epoch_ms(d.expected_next_run_at),
+                    )
+                    for d in runs
+                ],
+            )
+            advanced = await self._advanced(conn, runs)
+            ids = [d.execution.id for d in runs]
+            existing = {
+                r[0]
+                for r in await conn.execute_fetchall(
+                    f"SELECT id FROM executions WHERE id IN ({', '.join('?' * len(ids))})", ids
+                )
+            }
+            await conn.executemany(
+                f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
+                f"VALUES ({', '.join('?' * 20)})",
+                [_execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
+            )
+        return [
+            DispatchOutcome(created=ok and d.execution.id not in existing, advanced=ok)
+            for d, ok in zip(runs, advanced, strict=True)
+        ]
+
+    @staticmethod
+    async def _advanced(conn: aiosqlite.Connection, runs: Sequence[Dispatch]) -> list[bool]:
+        """Which jobs now point past the run of their Dispatch (advanced now or by a twin)."""
+        ids = [d.execution.job_id for d in runs]
+        rows = await conn.execute_fetchall(
+            f"SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN "
+            f"({', '.join('?' * len(ids))})",
+            ids,
+        )
+        state = {r[0]: (r[1], r[2]) for r in rows}
+        return [
+            state.get(d.execution.job_id)
+            == (to_epoch_ms(d.execution.scheduled_for), _ms(d.next_run_at))
+            for d in runs
+        ]
+
+    async def apply_events(self, events: Sequence[StatusEvent]) -> int:
+        if not events:
+            return 0
+        async with self._transaction() as conn:
+            before = conn.total_changes
+            await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
+            changed = conn.total_changes - before
+            await conn.executemany(
+                JOB_SUMMARY,
+                [_summary_params(ev) for ev in events if ev.status != ExecutionStatus.QUEUED],
+            )
+        return changed
+
+    async def stale_executions(
+        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+    ) -> list[Execution]:
+        parts = sorted(partitions)
+        if not parts:
+            return []
+        rows = await self._fetch(
+            f"SELECT {EXECUTION_COLUMNS} FROM executions "
+            "WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING') "
+            f"AND partition IN ({', '.join('?' * len(parts))}) AND updated_at < ? "
+            "ORDER BY updated_at LIMIT ?",
+            [*parts, to_epoch_ms(updated_before), limit],
+        )
+        return [_execution_from_row(r) for r in rows]
+
+
+class _translated:
+    """Context manager turning sqlite3 operational errors into StoreUnavailable."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.IntegrityError
+        ):
+            log.warning("sqlite error: %s", exc)
+            raise StoreUnavailable(f"the store cannot be used right now: {exc}") from exc
+        if isinstance(exc, ValueError) and "closed" in str(exc).lower():
+            raise StoreUnavailable("the store connection is closed") from exc

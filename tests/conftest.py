@@ -1,0 +1,87 @@
+"""Shared fixtures: a real nats-server per session (and per test where a test restarts it),
+real SQLite files in tmp dirs, and a full jobsched stack on real HTTP.
+
+Every test gets its own subject prefix, so its streams and consumers never meet another test's.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.settings import Settings, load_settings
+from jobsched.natsserver import NatsServer, find_nats_server
+from tests.support import Stack, start_stack
+
+TEST_SECRET = "test-secret-0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def nats_binary() -> str:
+    return find_nats_server(os.environ)
+
+
+@pytest.fixture(scope="session")
+def nats_server(nats_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server for the session; tests isolate themselves by subject prefix."""
+    root = tmp_path_factory.mktemp("nats-session")
+    server = NatsServer(nats_binary, root / "store", log_file=root / "nats.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_nats(nats_binary: str, tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server of this test alone (to kill or restart it)."""
+    server = NatsServer(nats_binary, tmp_path / "own-nats", log_file=tmp_path / "own-nats.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, prefix: str, nats_server: NatsServer) -> SettingsFactory:
+    """Settings for a test: its own data dir and prefix, short ack waits and backoffs."""
+
+    def factory(**overrides: Any) -> Settings:
+        base: dict[str, Any] = {
+            "data_dir": str(tmp_path / "data"),
+            "nats_url": nats_server.url,
+            "subject_prefix": prefix,
+            "auth_secret": TEST_SECRET,
+            "http_port": 0,
+            "partitions": 8,
+            "ack_wait_seconds": 2.0,
+            "retry_backoff_seconds": 0.3,
+            "retry_backoff_max_seconds": 5.0,
+            "scan_interval_seconds": 1.0,
+            "lookahead_seconds": 5.0,
+            "redispatch_after_seconds": 6.0,
+            "drain_timeout_seconds": 5.0,
+            "worker_cpu_slots": 1,
+        }
+        base.update(overrides)
+        return load_settings({}, **base)
+
+    return factory
+
+
+@pytest.fixture
+async def stack(make_settings: SettingsFactory) -> AsyncIterator[Stack]:
+    """Gateway, scheduler, recorder and worker in this process, on real NATS, SQLite and HTTP."""
+    async with start_stack(make_settings()) as s:
+        yield s

@@ -1,0 +1,165 @@
+"""Real OS processes: a worker killed mid-task, and `jobsched dev` killed and restarted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from core.model import ExecutionStatus
+from jobsched.client import JobschedClient
+from jobsched.runtime import Roles
+from tests.conftest import SettingsFactory
+from tests.support import Child, EventLog, env_for, start_stack, wait_executions, wait_job
+
+pytestmark = pytest.mark.slow
+
+
+async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
+    make_settings: SettingsFactory, prefix: str, tmp_path: Path
+) -> None:
+    settings = make_settings(ack_wait_seconds=1.5)
+    async with (
+        start_stack(settings, Roles(gateway=True, scheduler=True)) as stack,
+        EventLog(settings.nats_url, prefix) as log,
+    ):
+        first = Child(["worker"], env_for(settings, JOBSCHED_WORKER_ID="w1"), tmp_path / "w1.log")
+        second: Child | None = None
+        try:
+            client = stack.client()
+            job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 2}})
+            await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=20)
+            first.kill()
+            killed_at = datetime.now(UTC)
+            second = Child(
+                ["worker"], env_for(settings, JOBSCHED_WORKER_ID="w2"), tmp_path / "w2.log"
+            )
+            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=30)
+        finally:
+            first.close()
+            if second is not None:
+                second.close()
+        running = [e for e in log.of(job.id) if e.status == ExecutionStatus.RUNNING]
+        assert [(e.attempt, e.worker_id) for e in running] == [(1, "w1"), (2, "w2")]
+        assert (running[1].at - killed_at).total_seconds() >= 0
+        assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
+        [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
+        assert (run.attempt, run.worker_id) == (2, "w2")
+
+
+async def read_dev_file(
+    data_dir: Path, child: Child, previous: str | None = None
+) -> tuple[str, str]:
+    """Wait until `jobsched dev` announced itself in <data>/dev.json (a new one after a restart)."""
+    path = data_dir / "dev.json"
+    async with asyncio.timeout(30):
+        while True:
+            if child.proc.poll() is not None:
+                raise AssertionError(f"jobsched dev exited:\n{child.output()}")
+            if path.exists():
+                text = path.read_text()
+                if text and text != previous:
+                    info = json.loads(text)
+                    return info["url"], info["token"]
+            await asyncio.sleep(0.05)
+
+
+async def test_restarting_dev_loses_no_job_and_recurring_jobs_continue(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """Case S02 (restart variant): once jobs due while the process is down run exactly once."""
+    data = tmp_path / "dev-data"
+    settings = make_settings(data_dir=str(data))
+    env = env_for(settings)
+    for key in (
+        "JOBSCHED_NATS_URL",
+        "JOBSCHED_STORE_URL",
+        "JOBSCHED_AUTH_SECRET",
+        "JOBSCHED_HTTP_PORT",
+    ):
+        env.pop(key)
+    dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev1.log")
+    try:
+        url, token = await read_dev_file(data, dev)
+        async with JobschedClient(url, token) as client:
+            due = datetime.now(UTC) + timedelta(seconds=3)
+            once = [
+                await client.create_job(
+                    {"taskId": "noop", "schedule": {"type": "once", "executeAt": due.isoformat()}}
+                )
+                for _ in range(20)
+            ]
+            now_jobs = [await client.create_job({"taskId": "noop"}) for _ in range(5)]
+            interval = await client.create_job(
+                {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 1}}
+            )
+            for j in now_jobs:
+                await wait_job(client, j.id, {"SUCCEEDED"})
+            await wait_executions(
+                client, interval.id, lambda rs: len(rs) >= 2, what="2 interval runs"
+            )
+        stale = (data / "dev.json").read_text()
+        dev.kill()
+        killed_at = datetime.now(UTC)
+        await asyncio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 1.0)
+
+        dev2 = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev2.log")
+        try:
+            url, token = await read_dev_file(data, dev2, previous=stale)
+            async with JobschedClient(url, token) as client:
+                for j in once:
+                    done = await wait_job(client, j.id, {"SUCCEEDED", "FAILED"}, timeout_s=30)
+                    assert done.status == "SUCCEEDED"
+                    runs = await wait_executions(client, j.id, lambda rs: len(rs) >= 1)
+                    assert len(runs) == 1, f"once job {j.id} ran {len(runs)} times"
+                    assert runs[0].started_at is not None and runs[0].started_at > killed_at
+                for j in now_jobs:
+                    assert len(await wait_executions(client, j.id, lambda rs: len(rs) >= 1)) == 1
+                runs = await wait_executions(
+                    client,
+                    interval.id,
+                    lambda rs: any(
+                        r.scheduled_for > killed_at and r.status == "SUCCEEDED" for r in rs
+                    ),
+                    timeout_s=30,
+                    what="an interval run after the restart",
+                )
+                assert len({r.id for r in runs}) == len(runs)
+                everything = await client.list_jobs(limit=100)
+                assert len(everything.items) == 26
+            assert dev2.terminate() == 0, dev2.output()
+        finally:
+            dev2.close()
+    finally:
+        dev.close()
+
+
+async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_path: Path) -> None:
+    data = tmp_path / "dev-data"
+    env = env_for(make_settings(data_dir=str(data)))
+    for key in (
+        "JOBSCHED_NATS_URL",
+        "JOBSCHED_STORE_URL",
+        "JOBSCHED_AUTH_SECRET",
+        "JOBSCHED_HTTP_PORT",
+    ):
+        env.pop(key)
+    dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
+    try:
+        await read_dev_file(data, dev)
+        dev.proc.send_signal(signal.SIGTERM)
+        assert dev.proc.wait(30) == 0, dev.output()
+        assert not (data / "dev.json").exists()
+        pid_file = data / "nats" / "nats-server.pid"
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        assert (
+            pid is None
+            or not Path(f"/proc/{pid}").exists()
+            or b"nats-server" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ), "nats-server must stop with dev"
+    finally:
+        dev.close()

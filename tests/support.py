@@ -1,0 +1,230 @@
+"""Test helpers: an in-process stack, a status-event recorder, child processes of jobsched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Collection
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.msg import Msg
+
+from core.clock import Clock
+from core.model import Execution, ExecutionStatus, Job, StatusEvent
+from core.settings import Settings
+from gateway.auth import mint_token
+from jobsched.client import JobschedClient
+from jobsched.runtime import Roles, serve
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Stack:
+    """A running stack: its settings, gateway URL and per-user clients."""
+
+    settings: Settings
+    url: str
+    stop_event: asyncio.Event
+    task: asyncio.Task[None]
+    clients: dict[str, JobschedClient] = field(default_factory=dict)
+
+    def token(self, user: str = "alice") -> str:
+        return mint_token(self.settings.auth_secret, user, ttl=timedelta(hours=1))
+
+    def client(self, user: str = "alice") -> JobschedClient:
+        if user not in self.clients:
+            self.clients[user] = JobschedClient(self.url, self.token(user))
+        return self.clients[user]
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        for c in self.clients.values():
+            await c.close()
+        self.clients.clear()
+        async with asyncio.timeout(30):
+            await self.task
+
+
+@asynccontextmanager
+async def start_stack(
+    settings: Settings, roles: Roles | None = None, *, clock: Clock | None = None
+) -> AsyncIterator[Stack]:
+    """Run ``roles`` (default: all) in this process until the block ends."""
+    stop = asyncio.Event()
+    started: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        serve(
+            settings,
+            roles or Roles(gateway=True, scheduler=True, worker=True),
+            stop,
+            clock=clock,
+            started=started,
+        ),
+        name="test-stack",
+    )
+    async with asyncio.timeout(20):
+        done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+        raise RuntimeError("the stack stopped before it was ready")
+    stack = Stack(settings, started.result()["url"], stop, task)
+    try:
+        yield stack
+    finally:
+        await stack.stop()
+
+
+class EventLog:
+    """Collects every status event of a deployment (core subscription to ``<prefix>.status.>``)."""
+
+    def __init__(self, nats_url: str, prefix: str) -> None:
+        self.nats_url = nats_url
+        self.prefix = prefix
+        self.events: list[StatusEvent] = []
+        self._changed = asyncio.Condition()
+        self._nc: nats.NATS | None = None
+        self._decoder = msgspec.json.Decoder(StatusEvent)
+
+    async def __aenter__(self) -> EventLog:
+        self._nc = await nats.connect(self.nats_url)
+
+        async def on_msg(msg: Msg) -> None:
+            self.events.append(self._decoder.decode(msg.data))
+            async with self._changed:
+                self._changed.notify_all()
+
+        await self._nc.subscribe(f"{self.prefix}.status.>", cb=on_msg)
+        await self._nc.flush()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._nc is not None:
+            await self._nc.close()
+
+    def of(self, execution_or_job_id: str) -> list[StatusEvent]:
+        return [e for e in self.events if execution_or_job_id in (e.execution_id, e.job_id)]
+
+    async def wait_for(
+        self, predicate: Callable[[list[StatusEvent]], bool], *, timeout_s: float, what: str = ""
+    ) -> list[StatusEvent]:
+        """Wait until ``predicate(events)`` holds. Raises TimeoutError naming ``what``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._changed:
+                    await self._changed.wait_for(lambda: predicate(self.events))
+        except TimeoutError:
+            raise TimeoutError(
+                f"timed out after {timeout_s} s waiting for {what or predicate}; "
+                f"events: {[(e.execution_id[-30:], e.status, e.attempt) for e in self.events]}"
+            ) from None
+        return self.events
+
+    async def wait_status(
+        self, job_id: str, status: ExecutionStatus, *, timeout_s: float, count: int = 1
+    ) -> list[StatusEvent]:
+        return await self.wait_for(
+            lambda evs: sum(1 for e in evs if e.job_id == job_id and e.status == status) >= count,
+            timeout_s=timeout_s,
+            what=f"{count}x {status} of job {job_id}",
+        )
+
+
+async def wait_job(
+    client: JobschedClient, job_id: str, statuses: Collection[str], *, timeout_s: float = 15.0
+) -> Job:
+    """Wait until the stored job reaches one of ``statuses`` (as recorded by the recorder)."""
+    return await client.wait_for_status(job_id, statuses, timeout_s=timeout_s)
+
+
+async def executions(client: JobschedClient, job_id: str) -> list[Execution]:
+    page = await client.list_executions(job_id, limit=500)
+    return page.items
+
+
+async def wait_executions(
+    client: JobschedClient,
+    job_id: str,
+    predicate: Callable[[list[Execution]], bool],
+    *,
+    timeout_s: float = 15.0,
+    what: str = "",
+) -> list[Execution]:
+    """Poll the job's executions until ``predicate`` holds."""
+    runs: list[Execution] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                runs = await executions(client, job_id)
+                if predicate(runs):
+                    return runs
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise TimeoutError(
+            f"timed out waiting for {what}; executions: {[(r.id[-24:], r.status, r.attempt) for r in runs]}"
+        ) from None
+
+
+def env_for(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment of a child jobsched process with these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
+    for name in Settings.__struct_fields__:
+        value = getattr(settings, name)
+        env[f"JOBSCHED_{name.upper()}"] = str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class Child:
+    """A ``python -m jobsched <command>`` child process (its own process group)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self._log_file = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobsched", *args],
+            env=env,
+            cwd=REPO,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL, no cleanup (a crash)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._log_file.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        self._log_file.close()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def noop_body(**kw: Any) -> dict[str, Any]:
+    return {"taskId": "noop", **kw}
