@@ -15,7 +15,7 @@ import logging
 
 import msgspec
 
-from bus.nats import Bus, Delivery, status_decoder
+from bus.nats import Bus, ConsumerMissing, Delivery, status_decoder
 from core.errors import BusUnavailable, StoreUnavailable
 from core.model import StatusEvent
 from core.ports import JobStore
@@ -52,6 +52,12 @@ class Recorder:
             while not self._stopping.is_set():
                 try:
                     deliveries = await consumer.fetch(self.batch, timeout_s=1.0)
+                except ConsumerMissing as e:
+                    log.warning("recorder: %s; re-creating it", e)
+                    with contextlib.suppress(BusUnavailable):
+                        await self.bus.ensure_streams()
+                        await self.bus.ensure_recorder_consumer()
+                    continue
                 except BusUnavailable as e:
                     log.warning("recorder: %s", e)
                     await self._pause(1.0)

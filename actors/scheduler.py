@@ -25,6 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from actors.ownership import Ownership, StaticOwnership
 from bus.nats import Bus
 from core.clock import Clock
 from core.errors import BusUnavailable, StoreUnavailable
@@ -33,6 +34,7 @@ from core.ids import execution_id
 from core.model import Execution, ExecutionStatus, Job, JobNotice, RunMessage
 from core.ports import Dispatch, JobStore
 from core.schedule import DEFAULT_MISFIRE_GRACE_S, plan_due
+from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ class SchedulerConfig:
 
     Attributes:
         partitions: number of partitions of the job space (N).
-        owned: partitions this scheduler owns; None = all of them.
         scan_interval_s: period of the safety scan of the store (seconds).
         lookahead_s: how far ahead jobs are loaded into the heap (seconds).
         redispatch_after_s: an unfinished run untouched this long is re-published if its
@@ -54,7 +55,6 @@ class SchedulerConfig:
     """
 
     partitions: int = 64
-    owned: frozenset[int] | None = None
     scan_interval_s: float = 5.0
     lookahead_s: float = 30.0
     redispatch_after_s: float = 60.0
@@ -64,14 +64,15 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    """Dispatches due runs of the owned partitions (see module docstring).
+    """Dispatches due runs of the partitions it owns (see module docstring).
 
     Args:
         store: the job store (source of truth).
         bus: connected NATS adapter.
         clock: wall clock (a fake one in tests).
         config: see :class:`SchedulerConfig`.
-        name: shown in logs and task names.
+        ownership: which partitions it may dispatch; default: all of them, alone.
+        scheduler_id: unique id of this scheduler, recorded on the runs it dispatches.
     """
 
     def __init__(
@@ -81,31 +82,32 @@ class Scheduler:
         clock: Clock,
         config: SchedulerConfig,
         *,
-        name: str = "scheduler",
+        ownership: Ownership | None = None,
+        scheduler_id: str = "scheduler",
     ) -> None:
         self.store = store
         self.bus = bus
         self.clock = clock
         self.config = config
-        self.name = name
+        self.scheduler_id = scheduler_id
+        self.name = f"scheduler[{scheduler_id}]"
+        self.ownership = ownership or StaticOwnership(frozenset(range(config.partitions)))
         self.ready = asyncio.Event()
         self.heap = FireHeap()
-        self._owned: frozenset[int] = (
-            config.owned if config.owned is not None else frozenset(range(config.partitions))
-        )
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._window_end = clock.now()
         self._next_scan = clock.now()
         self._unpublished: dict[str, RunMessage] = {}
+        self._strikes: dict[str, int] = {}
         self.dispatched = 0
 
     @property
     def owned(self) -> frozenset[int]:
-        return self._owned
+        return self.ownership.owned
 
     def stop(self) -> None:
-        """Stop after the current step (idempotent)."""
+        """Stop after the current step and release the partitions (idempotent)."""
         self._stopping.set()
         self._wake.set()
 
@@ -117,19 +119,38 @@ class Scheduler:
         """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal."""
         sub = await self.bus.subscribe_notices(self._on_notice)
         try:
-            self.ready.set()
-            log.info("%s owns %d partition(s)", self.name, len(self._owned))
-            while not self._stopping.is_set():
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(
+                    self.ownership.run(self._gained, self._lost), name=f"{self.name} ownership"
+                )
+                self.ready.set()
                 try:
-                    await self._step()
-                except (StoreUnavailable, BusUnavailable) as e:
-                    log.warning("%s: %s; retrying in 1 s", self.name, e)
-                    await self._pause(1.0)
-                    continue
-                await self.clock.sleep_until(self._next_deadline(), self._wake)
-                self._wake.clear()
+                    await self._loop()
+                finally:
+                    self.ownership.stop()
         finally:
             await sub.close()
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._step()
+            except (StoreUnavailable, BusUnavailable) as e:
+                log.warning("%s: %s; retrying in 1 s", self.name, e)
+                await self._pause(1.0)
+                continue
+            await self.clock.sleep_until(self._next_deadline(), self._wake)
+            self._wake.clear()
+
+    def _gained(self, partitions: frozenset[int]) -> None:
+        """New partitions: load their due and soon-due jobs at once."""
+        self._next_scan = self.clock.now()
+        self._wake.set()
+
+    def _lost(self, partitions: frozenset[int]) -> None:
+        """Partitions taken away: stop dispatching them and forget their heap entries."""
+        dropped = self.heap.drop_partitions(partitions)
+        log.info("%s dropped %d partition(s), %d heap entries", self.name, len(partitions), dropped)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -146,8 +167,8 @@ class Scheduler:
     async def _step(self) -> None:
         now = self.clock.now()
         if now >= self._next_scan:
-            await self._scan()
             self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
+            await self._scan()
         if self._unpublished:
             await self._publish(list(self._unpublished.values()))
         while not self._stopping.is_set():
@@ -159,38 +180,42 @@ class Scheduler:
     # --- loading -------------------------------------------------------------------------------
 
     async def _scan(self) -> None:
-        """Safety scan: reload the near-term window from the store, re-dispatch stale runs."""
+        """Safety scan: reload the near-term window from the store, re-dispatch lost runs."""
+        owned = self.owned
+        if not owned:
+            return
         now = self.clock.now()
         until = now + timedelta(seconds=self.config.lookahead_s)
-        jobs = await self.store.due_jobs(self._owned, until, limit=self.config.heap_limit)
+        jobs = await self.store.due_jobs(owned, until, limit=self.config.heap_limit)
         for job in jobs:
             if job.next_run_at is not None:
-                self.heap.push(job.id, job.next_run_at)
-        truncated = len(jobs) == self.config.heap_limit and jobs[-1].next_run_at is not None
-        self._window_end = jobs[-1].next_run_at if truncated and jobs[-1].next_run_at else until
-        await self._redispatch_stale()
+                self.heap.push(job.id, job.next_run_at, job.partition)
+        last = jobs[-1].next_run_at if jobs else None
+        truncated = len(jobs) == self.config.heap_limit and last is not None
+        self._window_end = last if truncated and last is not None else until
+        await self._redispatch_lost(owned)
 
     async def _on_notice(self, notice: JobNotice) -> None:
-        if notice.partition not in self._owned or notice.next_run_at is None:
+        if notice.next_run_at is None or notice.partition not in self.owned:
             return
         if notice.next_run_at <= self._window_end:
-            self.heap.push(notice.job_id, notice.next_run_at)
-            if notice.next_run_at <= self.clock.now() + timedelta(seconds=self.config.lookahead_s):
-                self._wake.set()
+            self.heap.push(notice.job_id, notice.next_run_at, notice.partition)
+            self._wake.set()
 
     # --- dispatching ---------------------------------------------------------------------------
 
     async def _dispatch(self, job_ids: Collection[str]) -> None:
         now = self.clock.now()
+        owned = self.owned
         jobs = await self.store.get_jobs(job_ids)
         runs: list[Dispatch] = []
         by_exec: dict[str, Job] = {}
         for job in jobs:
-            if job.next_run_at is None or job.partition not in self._owned:
+            if job.next_run_at is None or job.partition not in owned:
                 continue
             if job.next_run_at > now:
                 if job.next_run_at <= self._window_end:
-                    self.heap.push(job.id, job.next_run_at)
+                    self.heap.push(job.id, job.next_run_at, job.partition)
                 continue
             plan = plan_due(job.schedule, job.next_run_at, now, grace_s=self.config.misfire_grace_s)
             if plan.misfire is not None and plan.misfire.missed:
@@ -203,7 +228,7 @@ class Scheduler:
                     plan.run_for,
                     extra={"job_id": job.id, "partition": job.partition},
                 )
-            ex = _execution(job, plan.run_for, now)
+            ex = _execution(job, plan.run_for, now, self.scheduler_id)
             runs.append(
                 Dispatch(ex, expected_next_run_at=job.next_run_at, next_run_at=plan.next_run_at)
             )
@@ -218,7 +243,7 @@ class Scheduler:
             job = by_exec[d.execution.id]
             messages.append(_run_message(job, d.execution, now, attempt_offset=0))
             if d.next_run_at is not None and d.next_run_at <= self._window_end:
-                self.heap.push(job.id, d.next_run_at)
+                self.heap.push(job.id, d.next_run_at, job.partition)
         await self._publish(messages)
         self.dispatched += len(messages)
 
@@ -230,8 +255,11 @@ class Scheduler:
         for msg, err in zip(messages, results, strict=True):
             if err is None:
                 self._unpublished.pop(msg.execution_id, None)
-                log.debug(
-                    "published %s", msg.execution_id, extra={"execution_id": msg.execution_id}
+                log.info(
+                    "run %s published to %s",
+                    msg.execution_id,
+                    msg.queue,
+                    extra={"execution_id": msg.execution_id, "partition": msg.partition},
                 )
             else:
                 failed += 1
@@ -239,24 +267,37 @@ class Scheduler:
                     self._unpublished[msg.execution_id] = msg
         if failed:
             log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)
+            await self.bus.ensure_streams_quietly()
 
-    async def _redispatch_stale(self) -> None:
+    async def _redispatch_lost(self, owned: frozenset[int]) -> None:
+        """Re-publish unfinished runs whose message is gone from the work stream.
+
+        A candidate (unfinished, untouched for the re-dispatch timeout, message absent) is
+        re-published only when it is seen again at a later sweep and the recorder has recorded
+        every status event that existed at the first sighting: then no event can still be on its
+        way to the store (without a message no worker can be running it), so the run was lost.
+        """
         cutoff = self.clock.now() - timedelta(seconds=self.config.redispatch_after_s)
-        stale = await self.store.stale_executions(self._owned, cutoff, limit=self.config.batch)
-        if not stale:
+        stale = await self.store.stale_executions(owned, cutoff, limit=self.config.batch)
+        absent = [e for e in stale if not await self.bus.run_in_stream(e.queue, e.id)]
+        if not absent:
+            self._strikes.clear()
             return
-        if await self.bus.recorder_backlog() > 0:
-            log.info(
-                "%s: %d stale run(s); waiting for the recorder to catch up", self.name, len(stale)
-            )
-            return
-        lost = [e for e in stale if not await self.bus.run_in_stream(e.queue, e.id)]
+        mark = await self.bus.status_last_seq()
+        floor = await self.bus.recorder_ack_floor()
+        lost = [e for e in absent if e.id in self._strikes and floor >= self._strikes[e.id]]
+        lost_ids = {e.id for e in lost}
+        self._strikes = {
+            e.id: self._strikes.get(e.id, mark) for e in absent if e.id not in lost_ids
+        }
         if not lost:
             return
         jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in lost})}
         at = self.clock.now()
         messages = [
-            _run_message(jobs[e.job_id], e, at, attempt_offset=e.attempt)
+            _run_message(
+                jobs[e.job_id], e, at, attempt_offset=e.attempt, redispatch=to_epoch_ms(at)
+            )
             for e in lost
             if e.job_id in jobs and e.id not in self._unpublished
         ]
@@ -264,7 +305,7 @@ class Scheduler:
         await self._publish(messages)
 
 
-def _execution(job: Job, scheduled_for: datetime, now: datetime) -> Execution:
+def _execution(job: Job, scheduled_for: datetime, now: datetime, scheduler_id: str) -> Execution:
     return Execution(
         id=execution_id(job.id, scheduled_for),
         job_id=job.id,
@@ -277,10 +318,13 @@ def _execution(job: Job, scheduled_for: datetime, now: datetime) -> Execution:
         scheduled_for=scheduled_for,
         created_at=now,
         updated_at=now,
+        dispatched_by=scheduler_id,
     )
 
 
-def _run_message(job: Job, ex: Execution, now: datetime, *, attempt_offset: int) -> RunMessage:
+def _run_message(
+    job: Job, ex: Execution, now: datetime, *, attempt_offset: int, redispatch: int = 0
+) -> RunMessage:
     return RunMessage(
         execution_id=ex.id,
         job_id=job.id,
@@ -294,4 +338,5 @@ def _run_message(job: Job, ex: Execution, now: datetime, *, attempt_offset: int)
         max_attempts=job.max_attempts,
         timeout_seconds=job.timeout_seconds,
         attempt_offset=attempt_offset,
+        redispatch=redispatch,
     )

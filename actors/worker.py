@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from actors.cpu import CpuPool
-from bus.nats import Bus, Delivery, PullConsumer, run_decoder
+from bus.nats import Bus, ConsumerMissing, Delivery, PullConsumer, run_decoder
 from core.backoff import retry_delay
 from core.clock import Clock
 from core.errors import BusUnavailable, InvalidRequest
@@ -109,12 +109,12 @@ class Worker:
             log.info("%s consuming %s", self.name, ", ".join(self.config.queues))
             async with asyncio.TaskGroup() as tg:
                 pulls = [
-                    tg.create_task(self._pull(c, tg), name=f"{self.name} pull {q}")
+                    tg.create_task(self._pull(q, c, tg), name=f"{self.name} pull {q}")
                     for q, c in consumers.items()
                 ]
                 self.ready.set()
                 await asyncio.wait(pulls)
-                await self._drain()
+                await self._drain(list(consumers.values()))
         finally:
             for consumer in consumers.values():
                 for d in consumer.take_unprocessed():
@@ -122,7 +122,15 @@ class Worker:
                 await consumer.close()
             self._cpu.close()
 
-    async def _pull(self, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
+    async def _recreate(self, queue: str) -> None:
+        try:
+            await self.bus.ensure_streams()
+            await self.bus.ensure_work_consumer(queue)
+        except BusUnavailable as e:
+            log.warning("%s: cannot re-create the consumer of %s yet: %s", self.name, queue, e)
+            await self._pause(1.0)
+
+    async def _pull(self, queue: str, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
         while not self._stopping.is_set():
             free = self.config.concurrency - self._active
             if free <= 0:
@@ -131,6 +139,10 @@ class Worker:
                 continue
             try:
                 deliveries = await consumer.fetch(free, timeout_s=1.0)
+            except ConsumerMissing as e:
+                log.warning("%s: %s; re-creating it", self.name, e)
+                await self._recreate(queue)
+                continue
             except BusUnavailable as e:
                 log.warning("%s: %s; retrying", self.name, e)
                 await self._pause(1.0)
@@ -154,17 +166,27 @@ class Worker:
             async with asyncio.timeout(seconds):
                 await self._stopping.wait()
 
-    async def _drain(self) -> None:
+    async def _drain(self, consumers: list[PullConsumer]) -> None:
+        """Second phase of a stop: let in-flight runs finish up to the drain timeout, then hand
+        the rest back (nak). Runs are handed back only after the last pull request of each
+        consumer ended, so JetStream cannot deliver them straight back to this worker."""
         tasks = set(self._runs)
-        if not tasks:
-            return
-        log.info(
-            "%s draining %d run(s) for up to %g s",
-            self.name,
-            len(tasks),
-            self.config.drain_timeout_s,
+        if tasks:
+            log.info(
+                "%s draining %d run(s) for up to %g s",
+                self.name,
+                len(tasks),
+                self.config.drain_timeout_s,
+            )
+        finished = asyncio.ensure_future(
+            asyncio.wait(tasks, timeout=self.config.drain_timeout_s) if tasks else asyncio.sleep(0)
         )
-        _, pending = await asyncio.wait(tasks, timeout=self.config.drain_timeout_s)
+        try:
+            await asyncio.gather(*(c.quiesce() for c in consumers))
+            await finished
+        finally:
+            finished.cancel()
+        pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()
         if pending:
@@ -326,7 +348,7 @@ class Worker:
 
     async def _poison(self, d: Delivery, error: str) -> None:
         """A message that is not a run: record what can be recorded, then terminate it."""
-        exec_id = d.msg_id
+        exec_id = d.msg_id.split("|")[0] if d.msg_id else None
         log.error("terminating poison message %s: %s", exec_id or "(no Nats-Msg-Id)", error)
         if exec_id and ":" in exec_id:
             job_id, _, at = exec_id.partition(":")

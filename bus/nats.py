@@ -26,6 +26,7 @@ acks, ``+TERM``. No nats exception escapes this package: failures surface as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -167,6 +168,10 @@ class Delivery:
             await self._msg.term()
 
 
+class ConsumerMissing(BusUnavailable):
+    """A pull request found no consumer (its stream or the consumer itself was deleted)."""
+
+
 class PullConsumer:
     """Continuous pull from a durable consumer (the JetStream pull protocol, ADR-13).
 
@@ -181,7 +186,7 @@ class PullConsumer:
         expires_s: life of one pull request on the server (seconds).
     """
 
-    def __init__(self, nc: Client, next_subject: str, *, expires_s: float = 5.0) -> None:
+    def __init__(self, nc: Client, next_subject: str, *, expires_s: float = 1.0) -> None:
         self._nc = nc
         self._next_subject = next_subject
         self._expires_s = expires_s
@@ -191,6 +196,8 @@ class PullConsumer:
         self._request = 0
         self._remaining = 0
         self._request_deadline = 0.0
+        self._reconnects = 0
+        self._missing = False
 
     async def start(self) -> None:
         with translated("subscribe pull inbox"):
@@ -206,6 +213,9 @@ class PullConsumer:
             return
         if msg.subject.endswith(f".{self._request}"):
             self._remaining = 0
+        if status == "503":
+            self._missing = True
+            return
         if status not in ("404", "408"):
             log.warning("pull request ended: %s %s", status, (msg.headers or {}).get("Description"))
 
@@ -218,8 +228,14 @@ class PullConsumer:
         Raises:
             BusUnavailable: when the pull request cannot be sent.
         """
+        if self._missing:
+            self._missing = False
+            raise ConsumerMissing("the consumer does not exist (stream or consumer deleted)")
         loop = asyncio.get_running_loop()
-        if self._ready.empty() and (self._remaining == 0 or loop.time() > self._request_deadline):
+        reconnects = int(self._nc.stats["reconnects"])
+        stale = reconnects != self._reconnects or loop.time() > self._request_deadline
+        if self._ready.empty() and (self._remaining == 0 or stale):
+            self._reconnects = reconnects
             await self._pull(batch)
         out: list[Delivery] = []
         try:
@@ -240,6 +256,29 @@ class PullConsumer:
             await self._nc.publish(
                 self._next_subject, msgspec.json.encode(req), reply=f"{self._inbox}.{self._request}"
             )
+
+    async def quiesce(self) -> int:
+        """Stop taking messages: wait until the outstanding pull request ended (JetStream cannot
+        cancel one) and hand back (nak) whatever it still delivers. How many were handed back."""
+        handed_back = 0
+        loop = asyncio.get_running_loop()
+        while self._remaining > 0 and loop.time() < self._request_deadline:
+            try:
+                async with asyncio.timeout(
+                    min(0.1, max(0.0, self._request_deadline - loop.time()))
+                ):
+                    msg = await self._ready.get()
+            except TimeoutError:
+                continue
+            with contextlib.suppress(BusUnavailable):
+                await Delivery(msg).nak()
+            handed_back += 1
+        for d in self.take_unprocessed():
+            with contextlib.suppress(BusUnavailable):
+                await d.nak()
+            handed_back += 1
+        self._remaining = 0
+        return handed_back
 
     def take_unprocessed(self) -> list[Delivery]:
         """Messages received but not handed out (to hand back on shutdown)."""
@@ -283,6 +322,7 @@ class Bus:
         self._name = name
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
+        self._closing = False
         self.connected = asyncio.Event()
 
     async def connect(self, *, timeout_s: float = 10.0) -> None:
@@ -294,7 +334,8 @@ class Bus:
 
         async def on_disconnect() -> None:
             self.connected.clear()
-            log.warning("NATS disconnected; reconnecting")
+            if not self._closing:
+                log.warning("NATS disconnected; reconnecting")
 
         async def on_reconnect() -> None:
             self.connected.set()
@@ -328,12 +369,19 @@ class Bus:
         self.connected.set()
 
     async def close(self) -> None:
+        """Drain and close the connection (or just close it while it is down); idempotent."""
         nc, self._nc = self._nc, None
-        if nc is not None and not nc.is_closed:
-            try:
+        self._closing = True
+        if nc is None or nc.is_closed:
+            return
+        try:
+            if nc.is_connected:
                 await nc.drain()
-            except (nats.errors.Error, TimeoutError):
-                await nc.close()
+                return
+        except (nats.errors.Error, TimeoutError, OSError) as e:
+            log.debug("drain failed (%s); closing", e)
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await nc.close()
 
     @property
     def nc(self) -> Client:
@@ -452,9 +500,24 @@ class Bus:
             info = await self.js.consumer_info(stream, durable)
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
-    async def recorder_backlog(self) -> int:
-        """Status events not yet recorded in the store."""
-        return await self.consumer_backlog(self.config.status_stream, "recorder")
+    async def status_last_seq(self) -> int:
+        """Sequence of the newest event in the status stream."""
+        with translated("status stream info"):
+            info = await self.js.stream_info(self.config.status_stream)
+        return int(info.state.last_seq or 0)
+
+    async def recorder_ack_floor(self) -> int:
+        """Stream sequence up to which the recorder has recorded every status event."""
+        with translated("recorder consumer info"):
+            info = await self.js.consumer_info(self.config.status_stream, "recorder")
+        return int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
+
+    async def ensure_streams_quietly(self) -> None:
+        """Re-create the streams if they were deleted (best effort, after a failed publish)."""
+        try:
+            await self.ensure_streams()
+        except BusUnavailable as e:
+            log.debug("cannot ensure streams now: %s", e)
 
     async def queue_depth(self, queue: str) -> int:
         """Runs waiting in ``queue``: not yet delivered plus delivered and not yet acknowledged."""
@@ -478,7 +541,7 @@ class Bus:
                     fut = await self.js.publish_async(
                         c.work_subject(run.queue, run.execution_id),
                         run_encoder.encode(run),
-                        headers={MSG_ID: run.execution_id},
+                        headers={MSG_ID: run.msg_id},
                         wait_stall=5.0,
                     )
                 futures.append(fut)

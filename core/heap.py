@@ -19,6 +19,7 @@ class FireHeap:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, str]] = []
         self._due: dict[str, int] = {}
+        self._partition: dict[str, int] = {}
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -27,9 +28,10 @@ class FireHeap:
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._due
 
-    def push(self, job_id: str, due: datetime) -> None:
-        """Schedule ``job_id`` at ``due`` (aware), replacing any earlier entry of the job."""
+    def push(self, job_id: str, due: datetime, partition: int = -1) -> None:
+        """Schedule ``job_id`` (of ``partition``) at ``due`` (aware), replacing its old entry."""
         ms = to_epoch_ms(due)
+        self._partition[job_id] = partition
         if self._due.get(job_id) == ms:
             return
         self._due[job_id] = ms
@@ -40,6 +42,14 @@ class FireHeap:
     def discard(self, job_id: str) -> None:
         """Forget ``job_id`` (its entry is skipped when it surfaces)."""
         self._due.pop(job_id, None)
+        self._partition.pop(job_id, None)
+
+    def drop_partitions(self, partitions: frozenset[int]) -> int:
+        """Forget every job of ``partitions``; how many were dropped."""
+        gone = [j for j, p in self._partition.items() if p in partitions]
+        for job_id in gone:
+            self.discard(job_id)
+        return len(gone)
 
     def peek(self) -> datetime | None:
         """Due time of the earliest live entry, or None when empty."""
@@ -56,12 +66,14 @@ class FireHeap:
                 break
             ms, _, job_id = heapq.heappop(self._heap)
             del self._due[job_id]
+            self._partition.pop(job_id, None)
             out.append((job_id, from_epoch_ms(ms)))
         return out
 
     def clear(self) -> None:
         self._heap.clear()
         self._due.clear()
+        self._partition.clear()
 
     def _skip_stale(self) -> None:
         heap = self._heap

@@ -221,6 +221,7 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     worker_id: str | None = None
     error: str | None = None
     result: Any = None
+    dispatched_by: str | None = None
 
 
 class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
@@ -236,9 +237,10 @@ class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
 class RunMessage(Model, kw_only=True, frozen=True):
     """A due run, published to the work stream subject of its queue.
 
-    Headers: ``Nats-Msg-Id`` = ``execution_id`` (JetStream de-duplication within the stream's
+    Headers: ``Nats-Msg-Id`` = :attr:`msg_id` (JetStream de-duplication within the stream's
     duplicate window). ``attempt_offset`` is the number of attempts already spent before this
-    message was published (non-zero when the store re-dispatches a run whose message was lost).
+    message was published (non-zero when the store re-dispatches a run whose message was lost);
+    ``redispatch`` is non-zero for such a re-dispatch (milliseconds since the epoch of it).
     """
 
     execution_id: str
@@ -253,6 +255,17 @@ class RunMessage(Model, kw_only=True, frozen=True):
     max_attempts: int = 3
     timeout_seconds: float = 300.0
     attempt_offset: int = 0
+    redispatch: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        """``Nats-Msg-Id``: the execution id, plus a suffix for a re-dispatch.
+
+        A re-dispatch must not reuse the original id: JetStream remembers ids for its whole
+        duplicate window, even after the message was purged, and would drop the new copy.
+        """
+        suffix = f"|r{self.redispatch}" if self.redispatch else ""
+        return self.execution_id + suffix
 
 
 class StatusEvent(Model, kw_only=True, frozen=True):

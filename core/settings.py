@@ -50,6 +50,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         duplicate_window_seconds: JetStream de-duplication window of the work stream.
         status_retention_seconds: how long the status stream keeps events (replay for live clients).
         stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
+        lease_ttl_seconds: TTL of partition leases (seconds); renewed every third of it. A dead
+            scheduler's partitions are taken over within about this long.
+        scheduler_id: this scheduler's lease owner id; empty = ``<hostname>-<pid>``. Must be
+            unique among live schedulers.
+        store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
+            selection) before failing with "store unavailable".
         max_body_bytes: largest accepted HTTP request body.
         drain_timeout_seconds: on SIGTERM, how long in-flight runs may finish before hand-back.
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
@@ -78,6 +84,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     duplicate_window_seconds: Positive = 120.0
     status_retention_seconds: Positive = 86400.0
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    scheduler_id: str = ""
+    store_timeout_seconds: Positive = 5.0
     max_body_bytes: PositiveInt = 64 * 1024
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     tasks: str = "jobsched.tasks:builtin_catalog"
@@ -100,6 +109,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     @property
     def resolved_worker_id(self) -> str:
         return self.worker_id or f"{os.uname().nodename}-{os.getpid()}"
+
+    @property
+    def resolved_scheduler_id(self) -> str:
+        return self.scheduler_id or f"{os.uname().nodename}-{os.getpid()}"
 
     @classmethod
     def env_names(cls) -> frozenset[str]:

@@ -87,6 +87,8 @@ def main() -> None:
 def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
     """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker."""
     settings = _settings(data_dir=str(data_dir) if data_dir else None, http_port=port)
+    if not settings.scheduler_id:
+        settings = msgspec.structs.replace(settings, scheduler_id=f"dev-{os.uname().nodename}")
     configure_logging(settings.log_format, settings.log_level)
     data = Path(settings.data_dir).resolve()
     try:

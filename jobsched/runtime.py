@@ -19,9 +19,11 @@ from typing import Protocol
 
 from aiohttp import web
 
+from actors.ownership import LeaseOwnership
 from actors.recorder import Recorder
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
+from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
@@ -131,7 +133,7 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
 
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[JobStore]:
-    store = create_store(settings.resolved_store_url)
+    store = create_store(settings.resolved_store_url, timeout_s=settings.store_timeout_seconds)
     await store.open()
     try:
         yield store
@@ -247,7 +249,25 @@ async def serve(
             actors.append(gateway)
         if roles.scheduler:
             assert store is not None
-            actors.append(Scheduler(store, bus, clock, scheduler_config(settings)))
+            member = settings.resolved_scheduler_id
+            ownership = LeaseOwnership(
+                LeaseBucket(
+                    bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas
+                ),
+                member,
+                settings.partitions,
+                ttl_s=settings.lease_ttl_seconds,
+            )
+            actors.append(
+                Scheduler(
+                    store,
+                    bus,
+                    clock,
+                    scheduler_config(settings),
+                    ownership=ownership,
+                    scheduler_id=member,
+                )
+            )
         if roles.runs_recorder:
             assert store is not None
             actors.append(Recorder(bus, store))

@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS executions (
     next_attempt_at INTEGER,
     worker_id TEXT,
     error TEXT,
-    result BLOB
+    result BLOB,
+    dispatched_by TEXT
 );
 CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_owner_status
@@ -95,6 +96,9 @@ CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
 """
 
+MIGRATIONS = (("executions", "dispatched_by", "TEXT"),)
+"""Columns added after a table's first release: (table, column, type), applied on open."""
+
 JOB_COLUMNS = (
     "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
     "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec"
@@ -102,11 +106,11 @@ JOB_COLUMNS = (
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result"
+    "next_attempt_at, worker_id, error, result, dispatched_by"
 )
 
 UPSERT_EVENT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * 20)})
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * 21)})
 ON CONFLICT(id) DO UPDATE SET
     status = excluded.status,
     state_rank = excluded.state_rank,
@@ -245,6 +249,7 @@ def _execution_from_row(row: sqlite3.Row) -> Execution:
         worker_id=row["worker_id"],
         error=row["error"],
         result=None if row["result"] is None else _json_decoder.decode(row["result"]),
+        dispatched_by=row["dispatched_by"],
     )
 
 
@@ -270,6 +275,7 @@ def _execution_row(e: Execution) -> tuple[Any, ...]:
         e.worker_id,
         e.error,
         None if e.result is None else msgspec.json.encode(e.result),
+        e.dispatched_by,
     )
 
 
@@ -296,6 +302,7 @@ def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
         ev.worker_id,
         ev.error,
         None if ev.result is None else msgspec.json.encode(ev.result),
+        None,
     )
 
 
@@ -314,8 +321,11 @@ def _summary_params(ev: StatusEvent) -> dict[str, Any]:
 
 
 def path_from_url(url: str) -> Path:
-    """The database file of a ``sqlite:///abs/path.db`` URL or a plain path."""
-    return Path(url.removeprefix("sqlite://") if url.startswith("sqlite://") else url)
+    """The database file of a URL or a plain path.
+
+    As SQLAlchemy spells it: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``.
+    """
+    return Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
 
 
 class SqliteStore:
@@ -343,7 +353,15 @@ class SqliteStore:
             await self._writer.executescript(
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
             )
+            await self._migrate(self._writer)
             self._reader = await self._connect()
+
+    @staticmethod
+    async def _migrate(conn: aiosqlite.Connection) -> None:
+        for table, column, kind in MIGRATIONS:
+            columns = {r[1] for r in await conn.execute_fetchall(f"PRAGMA table_info({table})")}
+            if column not in columns:
+                await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -518,7 +536,7 @@ class SqliteStore:
             }
             await conn.executemany(
                 f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
-                f"VALUES ({', '.join('?' * 20)})",
+                f"VALUES ({', '.join('?' * 21)})",
                 [_execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
             )
         return [

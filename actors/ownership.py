@@ -1,0 +1,211 @@
+"""Which partitions a scheduler owns: all of them (single scheduler), or by leases.
+
+:class:`LeaseOwnership` keeps a lease in the NATS KV bucket (see :mod:`bus.leases`) for each
+partition it owns, renews them every third of the TTL, heartbeats its membership, and moves
+toward its quota of ``partitions / live schedulers`` (see :func:`core.partitions.quota`): taking
+free ones, handing extra ones back when a scheduler joins.
+
+Fencing: a lease counts as owned only until ``renewed_at + 0.75 * TTL`` on this process's
+monotonic clock (renewed_at = when the renewal was *sent*), so a scheduler that cannot renew
+stops dispatching the partition well before the server expires the lease and another scheduler
+can take it. :attr:`owned` is computed from those deadlines on every read, so fencing holds even
+if the renewal loop is stalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from bus.leases import LeaseBucket, LeaseLost
+from core.errors import BusUnavailable
+from core.partitions import rebalance
+
+log = logging.getLogger(__name__)
+
+VALIDITY = 0.75
+
+
+class Ownership(Protocol):
+    """The partitions a scheduler may dispatch right now."""
+
+    @property
+    def owned(self) -> frozenset[int]: ...
+
+    async def run(
+        self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
+    ) -> None:
+        """Maintain ownership until :meth:`stop`; report changes through the callbacks."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+class StaticOwnership:
+    """Owns a fixed set of partitions (all of them for a lone scheduler)."""
+
+    def __init__(self, partitions: frozenset[int]) -> None:
+        self._owned = partitions
+        self._stop = asyncio.Event()
+
+    @property
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    async def run(
+        self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
+    ) -> None:
+        on_gained(self._owned)
+        await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass
+class _Lease:
+    revision: int
+    sent_at: float
+    valid_until: float
+
+
+class LeaseOwnership:
+    """Ownership by leases (see module docstring).
+
+    Args:
+        bucket: the lease bucket (opened by :meth:`run`).
+        member: this scheduler's id (unique per process).
+        partitions: number of partitions (N).
+        ttl_s: lease TTL (seconds); renewals every ``ttl_s / 3``.
+        round_s: how often free partitions are looked for (seconds).
+    """
+
+    def __init__(
+        self,
+        bucket: LeaseBucket,
+        member: str,
+        partitions: int,
+        *,
+        ttl_s: float,
+        round_s: float = 1.0,
+    ) -> None:
+        self.bucket = bucket
+        self.member = member
+        self.partitions = partitions
+        self.ttl_s = ttl_s
+        self.round_s = min(round_s, ttl_s / 3)
+        self._leases: dict[int, _Lease] = {}
+        self._stop = asyncio.Event()
+        self.members = 1
+
+    @property
+    def owned(self) -> frozenset[int]:
+        now = time.monotonic()
+        return frozenset(p for p, lease in self._leases.items() if lease.valid_until > now)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(
+        self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
+    ) -> None:
+        await self.bucket.open()
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self._round(on_gained, on_lost)
+                except BusUnavailable as e:
+                    log.warning("leases of %s: %s", self.member, e)
+                self._expire(on_lost)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.round_s):
+                        await self._stop.wait()
+        finally:
+            await self._release_all(on_lost)
+
+    async def _round(
+        self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
+    ) -> None:
+        await self._renew(on_lost)
+        await self.bucket.heartbeat(self.member)
+        snap = await self.bucket.snapshot()
+        members = snap.members | {self.member}
+        self.members = len(members)
+        plan = rebalance(self.member, self.owned, snap.taken, self.partitions, members)
+        if plan.release:
+            released = frozenset(plan.release)
+            leases = {p: self._leases.pop(p) for p in plan.release if p in self._leases}
+            on_lost(released)
+            for p, lease in leases.items():
+                await self.bucket.release(p, lease.revision)
+            log.info(
+                "%s handed back %d partition(s) (%d members)",
+                self.member,
+                len(released),
+                self.members,
+            )
+        gained: set[int] = set()
+        for p in plan.acquire:
+            sent = time.monotonic()
+            revision = await self.bucket.acquire(p, self.member)
+            if revision is not None:
+                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
+                gained.add(p)
+        if gained:
+            log.info(
+                "%s took %d partition(s), owns %d (%d members)",
+                self.member,
+                len(gained),
+                len(self._leases),
+                self.members,
+            )
+            on_gained(frozenset(gained))
+
+    async def _renew(self, on_lost: Callable[[frozenset[int]], None]) -> None:
+        now = time.monotonic()
+        lost: set[int] = set()
+        for p, lease in list(self._leases.items()):
+            if now - lease.sent_at < self.ttl_s / 3:
+                continue
+            sent = time.monotonic()
+            try:
+                revision = await self.bucket.renew(p, self.member, lease.revision)
+            except LeaseLost:
+                self._leases.pop(p, None)
+                lost.add(p)
+                continue
+            self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
+        if lost:
+            log.warning("%s lost %d lease(s) to another scheduler", self.member, len(lost))
+            on_lost(frozenset(lost))
+
+    def _expire(self, on_lost: Callable[[frozenset[int]], None]) -> None:
+        now = time.monotonic()
+        expired = frozenset(p for p, lease in self._leases.items() if lease.valid_until <= now)
+        if expired:
+            for p in expired:
+                self._leases.pop(p, None)
+            log.warning(
+                "%s could not renew %d lease(s) in time; stopped dispatching them",
+                self.member,
+                len(expired),
+            )
+            on_lost(expired)
+
+    async def _release_all(self, on_lost: Callable[[frozenset[int]], None]) -> None:
+        """Clean shutdown: hand every lease back so survivors need not wait for the TTL."""
+        leases, self._leases = self._leases, {}
+        if leases:
+            on_lost(frozenset(leases))
+        with contextlib.suppress(BusUnavailable, TimeoutError):
+            async with asyncio.timeout(5):
+                for p, lease in leases.items():
+                    await self.bucket.release(p, lease.revision)
+                await self.bucket.leave(self.member)
+        if leases:
+            log.info("%s released %d lease(s)", self.member, len(leases))

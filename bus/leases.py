@@ -1,0 +1,157 @@
+"""Partition leases and scheduler membership in a JetStream key-value bucket.
+
+Bucket ``<prefix>_leases`` (history 1, file storage) whose ``max_age`` is the lease TTL: a key not
+rewritten within the TTL disappears, which is how a dead scheduler's leases and heartbeat expire.
+
+- ``p.<partition>`` → owner id: taken with ``create`` (fails if the key exists), renewed with a
+  revision-checked ``update`` (fails if someone else wrote it), released with a revision-checked
+  delete. The revision is the lease's fencing token.
+- ``m.<scheduler id>`` → heartbeat of a live scheduler, rewritten every renewal round.
+
+Checked against nats-server 2.9: KV buckets, ``Nats-Expected-Last-Subject-Sequence`` and stream
+``max_age`` expiry all exist there (per-key TTLs do not; the bucket TTL is used instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from bus.nats import Bus, translated
+from core.errors import BusUnavailable, JobschedError
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(JobschedError):
+    """The lease was taken over or expired: stop using the partition at once."""
+
+    code = "lease_lost"
+
+
+class LeaseValue(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    owner: str
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(LeaseValue).decode
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Live schedulers and taken partitions, as the bucket shows them now."""
+
+    members: frozenset[str]
+    taken: frozenset[int]
+
+
+class LeaseBucket:
+    """The lease bucket of one deployment.
+
+    Args:
+        bus: connected NATS adapter.
+        ttl_s: lease TTL (seconds): the bucket's ``max_age``.
+        replicas: JetStream replicas of the bucket.
+    """
+
+    def __init__(self, bus: Bus, *, ttl_s: float, replicas: int = 1) -> None:
+        self.bus = bus
+        self.ttl_s = ttl_s
+        self.replicas = replicas
+        self.name = f"{bus.config.prefix}_leases"
+        self._kv: KeyValue | None = None
+
+    async def open(self) -> None:
+        """Create the bucket if missing (idempotent)."""
+        with translated(f"create lease bucket {self.name}"):
+            self._kv = await self.bus.js.create_key_value(
+                KeyValueConfig(
+                    bucket=self.name,
+                    history=1,
+                    ttl=self.ttl_s,
+                    storage=StorageType.FILE,
+                    replicas=self.replicas,
+                )
+            )
+
+    @property
+    def kv(self) -> KeyValue:
+        if self._kv is None:
+            raise BusUnavailable("the lease bucket is not open")
+        return self._kv
+
+    async def acquire(self, partition: int, owner: str) -> int | None:
+        """Take ``partition`` for ``owner``; its revision, or None if another owner holds it.
+
+        A lease that already names ``owner`` (a restart of the same scheduler, or a renewal that
+        timed out but reached the server) is taken back with a revision-checked update.
+        """
+        key = f"p.{partition}"
+        value = _encode(LeaseValue(owner=owner))
+        with translated("acquire lease"):
+            try:
+                return int(await self.kv.create(key, value))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass
+            try:
+                entry = await self.kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                return None
+            if entry.value is None or _decode(entry.value).owner != owner or entry.revision is None:
+                return None
+            try:
+                return int(await self.kv.update(key, value, last=entry.revision))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
+
+    async def renew(self, partition: int, owner: str, revision: int) -> int:
+        """Extend the lease; the new revision.
+
+        Raises:
+            LeaseLost: the key changed since ``revision`` (taken over, or expired and re-created).
+            BusUnavailable: NATS did not answer (the lease may still be valid: retry).
+        """
+        with translated("renew lease"):
+            try:
+                return int(
+                    await self.kv.update(
+                        f"p.{partition}", _encode(LeaseValue(owner=owner)), last=revision
+                    )
+                )
+            except nats.js.errors.KeyWrongLastSequenceError:
+                raise LeaseLost(f"lease of partition {partition} was lost") from None
+
+    async def release(self, partition: int, revision: int) -> None:
+        """Give the lease up (only if it is still ours at ``revision``)."""
+        with translated("release lease"):
+            try:
+                await self.kv.delete(f"p.{partition}", last=revision)
+            except nats.js.errors.APIError as e:
+                log.debug("lease of partition %d was not ours any more: %s", partition, e)
+
+    async def heartbeat(self, member: str) -> None:
+        with translated("heartbeat"):
+            await self.kv.put(f"m.{member}", _encode(LeaseValue(owner=member)))
+
+    async def leave(self, member: str) -> None:
+        with translated("leave"):
+            await self.kv.delete(f"m.{member}")
+
+    async def snapshot(self) -> Snapshot:
+        """Current members and taken partitions (one listing of the bucket)."""
+        with translated("list leases"):
+            try:
+                keys = await self.kv.keys()
+            except nats.js.errors.NoKeysError:
+                keys = []
+            except nats.errors.TimeoutError as e:
+                raise BusUnavailable(f"NATS: list leases timed out: {e}") from e
+        members = frozenset(k[2:] for k in keys if k.startswith("m."))
+        taken = frozenset(int(k[2:]) for k in keys if k.startswith("p.") and k[2:].isdigit())
+        return Snapshot(members, taken)

@@ -1,0 +1,214 @@
+"""A small jobsched cluster of real OS processes for fault-injection tests and bench/failover.py.
+
+One nats-server (the test's own, so it can be restarted), one SQLite store file shared by every
+process, the gateway in the test process, and scheduler / worker child processes
+(``python -m jobsched scheduler|worker``) that can be SIGKILLed, SIGTERMed and restarted.
+Results are read from the store: every execution records who dispatched it and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import nats
+import nats.js.errors
+
+from core.settings import Settings
+from core.timeutil import from_epoch_ms
+from jobsched.client import JobschedClient
+from jobsched.runtime import Roles
+from store.sqlite import path_from_url
+from tests.support import Child, env_for, start_stack
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    job_id: str
+    partition: int
+    status: str
+    attempt: int
+    scheduled_for: datetime
+    published_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    dispatched_by: str | None
+    worker_id: str | None
+
+
+@dataclass
+class Cluster:
+    settings: Settings
+    tmp: Path
+    url: str = ""
+    client: JobschedClient | None = None
+    children: dict[str, Child] = field(default_factory=dict)
+
+    def start(self, role: str, name: str) -> Child:
+        """Start ``jobsched <role>`` as ``name`` (its scheduler or worker id)."""
+        key = "JOBSCHED_SCHEDULER_ID" if role == "scheduler" else "JOBSCHED_WORKER_ID"
+        child = Child([role], env_for(self.settings, **{key: name}), self.tmp / f"{name}.log")
+        self.children[name] = child
+        return child
+
+    def kill(self, name: str) -> None:
+        self.children[name].kill()
+
+    def terminate(self, name: str, timeout_s: float = 30.0) -> int:
+        return self.children[name].terminate(timeout_s)
+
+    async def lease_owners(self) -> dict[int, str]:
+        """Partition → owner, as the lease bucket shows now."""
+        nc = await nats.connect(self.settings.nats_url)
+        try:
+            try:
+                kv = await nc.jetstream().key_value(f"{self.settings.subject_prefix}_leases")
+            except nats.js.errors.BucketNotFoundError:
+                return {}
+            try:
+                keys = await kv.keys()
+            except nats.js.errors.NoKeysError:
+                return {}
+            owners: dict[int, str] = {}
+            for key in keys:
+                if key.startswith("p."):
+                    try:
+                        entry = await kv.get(key)
+                    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                        continue
+                    owners[int(key[2:])] = msgspec.json.decode(entry.value or b"{}").get(
+                        "owner", ""
+                    )
+            return owners
+        finally:
+            await nc.close()
+
+    async def wait_balanced(
+        self, members: Iterable[str], timeout_s: float = 30.0
+    ) -> dict[str, set[int]]:
+        """Wait until every partition is leased and each of ``members`` holds its fair share."""
+        wanted = set(members)
+        n = self.settings.partitions
+        share = -(-n // len(wanted))
+        async with asyncio.timeout(timeout_s):
+            while True:
+                owners = await self.lease_owners()
+                by: dict[str, set[int]] = {m: set() for m in wanted}
+                for p, o in owners.items():
+                    by.setdefault(o, set()).add(p)
+                if len(owners) == n and set(by) == wanted and all(share - 1 <= len(v) <= share for v in by.values()):  # fmt: skip
+                    return by
+                await asyncio.sleep(0.1)
+
+    def runs(self) -> list[Run]:
+        """Every execution in the store (read-only connection to the SQLite file)."""
+        path = path_from_url(self.settings.resolved_store_url)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute(
+                "SELECT id, job_id, partition, status, attempt, scheduled_for, published_at, "
+                "started_at, finished_at, dispatched_by, worker_id FROM executions"
+            ).fetchall()
+        finally:
+            conn.close()
+
+        def dt(ms: int | None) -> datetime | None:
+            return None if ms is None else from_epoch_ms(ms)
+
+        return [
+            Run(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                from_epoch_ms(r[5]),
+                dt(r[6]),
+                dt(r[7]),
+                dt(r[8]),
+                r[9],
+                r[10],
+            )
+            for r in rows
+        ]
+
+    async def create_once_jobs(self, count: int, first_due: datetime, spread_s: float) -> list[str]:
+        """``count`` noop once jobs due evenly over ``spread_s`` seconds from ``first_due``."""
+        assert self.client is not None
+        step = spread_s / max(1, count - 1)
+        ids = []
+        for i in range(count):
+            due = first_due + timedelta(seconds=i * step)
+            job = await self.client.create_job(
+                {"taskId": "noop", "schedule": {"type": "once", "executeAt": due.isoformat()}}
+            )
+            ids.append(job.id)
+        return ids
+
+    async def wait_succeeded(self, job_ids: Iterable[str], timeout_s: float) -> list[Run]:
+        """Wait until every job has a SUCCEEDED run; return all runs of those jobs."""
+        wanted = set(job_ids)
+        runs: list[Run] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    runs = [r for r in self.runs() if r.job_id in wanted]
+                    if {r.job_id for r in runs if r.status == "SUCCEEDED"} >= wanted:
+                        return runs
+                    await asyncio.sleep(0.2)
+        except TimeoutError:
+            done = {r.job_id for r in runs if r.status == "SUCCEEDED"}
+            raise TimeoutError(
+                f"{len(wanted - done)} of {len(wanted)} jobs not SUCCEEDED after {timeout_s} s"
+            ) from None
+
+
+@asynccontextmanager
+async def cluster(settings: Settings, tmp: Path) -> AsyncIterator[Cluster]:
+    """A gateway in this process; start schedulers and workers with :meth:`Cluster.start`."""
+    c = Cluster(settings, tmp)
+    try:
+        async with start_stack(settings, Roles(gateway=True)) as stack:
+            c.url = stack.url
+            c.client = stack.client()
+            yield c
+    finally:
+        for child in c.children.values():
+            child.close()
+
+
+def lost_and_duplicates(job_ids: Iterable[str], runs: list[Run]) -> tuple[int, int]:
+    """(jobs without a SUCCEEDED run, extra executions beyond one per once job)."""
+    wanted = set(job_ids)
+    succeeded = {r.job_id for r in runs if r.status == "SUCCEEDED"}
+    per_job: dict[str, int] = {}
+    for r in runs:
+        per_job[r.job_id] = per_job.get(r.job_id, 0) + 1
+    return len(wanted - succeeded), sum(n - 1 for n in per_job.values())
+
+
+def failover_seconds(runs: list[Run], dead: str, survivor: str) -> float:
+    """Last run published by ``dead`` → first run of its partitions published by ``survivor``."""
+    dead_runs = [r for r in runs if r.dispatched_by == dead and r.published_at]
+    dead_parts = {r.partition for r in dead_runs}
+    last_dead = max(r.published_at for r in dead_runs if r.published_at)
+    taken = [
+        r.published_at
+        for r in runs
+        if r.dispatched_by == survivor
+        and r.partition in dead_parts
+        and r.published_at
+        and r.published_at > last_dead
+    ]
+    return (min(taken) - last_dead).total_seconds()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
