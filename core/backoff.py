@@ -16,10 +16,11 @@ def retry_delay(
 ) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one.
 
-    ``base_s * factor ** (attempt - 1)``, capped at ``max_s``, then multiplied by a random factor
-    in ``[1 - jitter, 1 + jitter]``. With ``factor=2`` and ``jitter=0.2`` consecutive delays always
-    grow (until the cap) while retries of many runs that failed together still spread out; this
-    is AWS's "exponential backoff and jitter" with a bounded rather than full jitter.
+    ``base_s * factor ** (attempt - 1)`` multiplied by a random factor in
+    ``[1 - jitter, 1 + jitter]``, then capped at ``max_s`` (the largest delay there is). With
+    ``factor=2`` and ``jitter=0.2`` consecutive delays always grow until the cap, while retries
+    of many runs that failed together still spread out: AWS's "exponential backoff and jitter"
+    with a bounded rather than a full jitter.
 
     Raises:
         ValueError: if ``attempt < 1`` or the bounds are not positive.
@@ -28,6 +29,5 @@ def retry_delay(
         raise ValueError("attempt is 1-based")
     if base_s <= 0 or max_s <= 0 or not 0 <= jitter < 1:
         raise ValueError("base_s and max_s must be > 0 and 0 <= jitter < 1")
-    delay = min(max_s, base_s * factor ** (attempt - 1))
     r = (rng or random).uniform(1 - jitter, 1 + jitter)
-    return delay * r
+    return min(max_s, base_s * factor ** min(attempt - 1, 64) * r)

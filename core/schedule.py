@@ -16,7 +16,7 @@ from core.model import CronSchedule, ImmediateSchedule, IntervalSchedule, OnceSc
 from core.timeutil import to_utc_ms
 
 DEFAULT_MISFIRE_GRACE_S = 60.0
-MAX_CATCH_UP_SCAN = 10_000
+MAX_CATCH_UP_SCAN = 1_000_000
 
 
 def normalize(

@@ -13,6 +13,9 @@ import msgspec
 
 from core.errors import FieldError, InvalidRequest
 
+MAX_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: no instant jobsched stores is later."""
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(tuple[int, str])
 
@@ -30,6 +33,9 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return _decoder.decode(raw)
+        sort_ms, item_id = _decoder.decode(raw)
     except (binascii.Error, ValueError, msgspec.DecodeError):
-        raise InvalidRequest(FieldError("cursor", "is not a cursor returned by this API")) from None
+        sort_ms, item_id = -1, ""
+    if not 0 <= sort_ms <= MAX_MS or not 0 < len(item_id) <= 256:
+        raise InvalidRequest(FieldError("cursor", "is not a cursor returned by this API"))
+    return sort_ms, item_id

@@ -39,6 +39,7 @@ from core.model import (
 from core.ports import Dispatch, DispatchOutcome, JobQuery
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
+from store.dispatching import advanced
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,8 @@ UPDATE jobs SET
         WHEN :status IN ('RUNNING', 'RETRYING') THEN 'RUNNING'
         WHEN next_run_at IS NULL THEN :status
         ELSE 'SCHEDULED' END,
-    last_run_at = COALESCE(:started_at, last_run_at),
+    last_run_at = COALESCE(
+        (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
     last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,
     last_error = CASE WHEN :status = 'SUCCEEDED' THEN NULL
                       ELSE COALESCE(:error, last_error) END,
@@ -142,7 +144,8 @@ UPDATE jobs SET
     updated_at = :now
 WHERE id = :job_id
   AND (last_run_scheduled_for IS NULL OR last_run_scheduled_for <= :scheduled_for)
-  AND EXISTS (SELECT 1 FROM executions WHERE id = :execution_id AND state_rank = :rank)
+  AND EXISTS (SELECT 1 FROM executions
+              WHERE id = :execution_id AND state_rank = :rank AND status = :status)
 """
 
 ADVANCE = """
@@ -348,13 +351,21 @@ class SqliteStore:
         if self._writer is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _translated():
-            self._writer = await self._connect()
-            await self._writer.executescript(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
-            )
-            await self._migrate(self._writer)
-            self._reader = await self._connect()
+        writer = reader = None
+        try:
+            with _translated():
+                writer = await self._connect()
+                await writer.executescript(
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
+                )
+                await self._migrate(writer)
+                reader = await self._connect()
+        except BaseException:
+            for conn in (reader, writer):
+                if conn is not None:
+                    await conn.close()
+            raise
+        self._writer, self._reader = writer, reader
 
     @staticmethod
     async def _migrate(conn: aiosqlite.Connection) -> None:
@@ -365,9 +376,13 @@ class SqliteStore:
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        await conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
-        await conn.execute("PRAGMA synchronous=FULL")
+        try:
+            conn.row_factory = sqlite3.Row
+            await conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            await conn.execute("PRAGMA synchronous=FULL")
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
     async def close(self) -> None:
@@ -546,19 +561,14 @@ class SqliteStore:
 
     @staticmethod
     async def _advanced(conn: aiosqlite.Connection, runs: Sequence[Dispatch]) -> list[bool]:
-        """Which jobs now point past the run of their Dispatch (advanced now or by a twin)."""
-        ids = [d.execution.job_id for d in runs]
+        """Which runs advanced their job (see :func:`store.dispatching.advanced`)."""
+        ids = list({d.execution.job_id for d in runs})
         rows = await conn.execute_fetchall(
             f"SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN "
             f"({', '.join('?' * len(ids))})",
             ids,
         )
-        state = {r[0]: (r[1], r[2]) for r in rows}
-        return [
-            state.get(d.execution.job_id)
-            == (to_epoch_ms(d.execution.scheduled_for), _ms(d.next_run_at))
-            for d in runs
-        ]
+        return advanced(runs, {r[0]: (_dt(r[1]), _dt(r[2])) for r in rows})
 
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
         if not events:
