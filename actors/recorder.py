@@ -17,7 +17,7 @@ import msgspec
 
 from bus.nats import Bus, ConsumerMissing, Delivery, status_decoder
 from core.errors import BusUnavailable, StoreUnavailable
-from core.model import StatusEvent
+from core.model import TERMINAL_EXECUTION_STATUSES, StatusEvent
 from core.ports import JobStore
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,10 @@ class Recorder:
                 await self._pause(delay)
                 delay = min(delay * 2, 5.0)
         self.recorded += len(events)
+        finished = sorted({e.job_id for e in events if e.status in TERMINAL_EXECUTION_STATUSES})
+        if finished:
+            with contextlib.suppress(BusUnavailable):
+                await self.bus.publish_finished(finished)
         for d in deliveries:
             with contextlib.suppress(BusUnavailable):
                 await d.ack()

@@ -26,14 +26,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from actors.ownership import Ownership, StaticOwnership
+from bus.cancel import CancelMarkers
 from bus.nats import Bus
 from core.clock import Clock
+from core.dispatch import JobPlan, plan_job
 from core.errors import BusUnavailable, StoreUnavailable
 from core.heap import FireHeap
 from core.ids import execution_id
-from core.model import Execution, ExecutionStatus, Job, JobNotice, RunMessage
+from core.model import (
+    ACTIVE_EXECUTION_STATUSES,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobNotice,
+    OverlapPolicy,
+    RunMessage,
+    RunsFinished,
+)
 from core.ports import Dispatch, JobStore
-from core.schedule import DEFAULT_MISFIRE_GRACE_S, plan_due
+from core.schedule import DEFAULT_MISFIRE_GRACE_S
 from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
@@ -100,6 +111,8 @@ class Scheduler:
         self._next_scan = clock.now()
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
+        self._waiting: dict[str, str] = {}
+        self.cancel_markers = CancelMarkers(bus)
         self.dispatched = 0
 
     @property
@@ -118,6 +131,7 @@ class Scheduler:
     async def run(self) -> None:
         """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal."""
         sub = await self.bus.subscribe_notices(self._on_notice)
+        finished = await self.bus.subscribe_finished(self._on_finished)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(
@@ -130,6 +144,7 @@ class Scheduler:
                     self.ownership.stop()
         finally:
             await sub.close()
+            await finished.close()
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -180,10 +195,15 @@ class Scheduler:
     # --- loading -------------------------------------------------------------------------------
 
     async def _scan(self) -> None:
-        """Safety scan: reload the near-term window from the store, re-dispatch lost runs."""
+        """Safety scan: reload the near-term window from the store, re-dispatch lost runs.
+
+        Jobs waiting (``bufferOne``) for a previous run are re-checked too: their finish notice
+        may have been lost.
+        """
         owned = self.owned
         if not owned:
             return
+        self._waiting.clear()
         now = self.clock.now()
         until = now + timedelta(seconds=self.config.lookahead_s)
         jobs = await self.store.due_jobs(owned, until, limit=self.config.heap_limit)
@@ -207,45 +227,96 @@ class Scheduler:
     async def _dispatch(self, job_ids: Collection[str]) -> None:
         now = self.clock.now()
         owned = self.owned
-        jobs = await self.store.get_jobs(job_ids)
-        runs: list[Dispatch] = []
+        jobs = [
+            j
+            for j in await self.store.get_jobs(job_ids)
+            if j.next_run_at is not None and j.partition in owned
+        ]
+        previous = await self._previous_runs(jobs)
+        chain: list[Dispatch] = []
         by_exec: dict[str, Job] = {}
         for job in jobs:
-            if job.next_run_at is None or job.partition not in owned:
-                continue
-            if job.next_run_at > now:
-                if job.next_run_at <= self._window_end:
-                    self.heap.push(job.id, job.next_run_at, job.partition)
-                continue
-            plan = plan_due(job.schedule, job.next_run_at, now, grace_s=self.config.misfire_grace_s)
-            if plan.misfire is not None and plan.misfire.missed:
-                log.warning(
-                    "job %s misfired: %d occurrence(s) from %s to %s missed; running %s once",
-                    job.id,
-                    plan.misfire.missed,
-                    plan.misfire.first_missed,
-                    plan.misfire.last_missed,
-                    plan.run_for,
-                    extra={"job_id": job.id, "partition": job.partition},
-                )
-            ex = _execution(job, plan.run_for, now, self.scheduler_id)
-            runs.append(
-                Dispatch(ex, expected_next_run_at=job.next_run_at, next_run_at=plan.next_run_at)
+            plan = plan_job(
+                job,
+                now,
+                previous=previous.get(job.id),
+                buffered=self._waiting.pop(job.id, None) is not None,
+                scheduler_id=self.scheduler_id,
             )
-            by_exec[ex.id] = job
-        if not runs:
+            for d in await self._follow(job, plan):
+                by_exec[d.execution.id] = job
+                chain.append(d)
+        if not chain:
             return
-        outcomes = await self.store.dispatch(runs)
+        outcomes = await self.store.dispatch(chain)
         messages: list[RunMessage] = []
-        for d, outcome in zip(runs, outcomes, strict=True):
+        for d, outcome in zip(chain, outcomes, strict=True):
             if not outcome.advanced:
                 continue
             job = by_exec[d.execution.id]
-            messages.append(_run_message(job, d.execution, now, attempt_offset=0))
+            if d.execution.status == ExecutionStatus.QUEUED:
+                messages.append(_run_message(job, d.execution, now, attempt_offset=0))
+            elif d.execution.skip_reason and d.execution.missed is None:
+                log.info("run %s SKIPPED: %s", d.execution.id, d.execution.skip_reason)
             if d.next_run_at is not None and d.next_run_at <= self._window_end:
                 self.heap.push(job.id, d.next_run_at, job.partition)
         await self._publish(messages)
         self.dispatched += len(messages)
+
+    async def _follow(self, job: Job, plan: JobPlan) -> list[Dispatch]:
+        """Act on the parts of ``plan`` that are not the chain; the chain to record."""
+        if plan.not_before is not None:
+            if plan.not_before <= self._window_end:
+                self.heap.push(job.id, plan.not_before, job.partition)
+            return []
+        if plan.wait_for is not None:
+            self._waiting[job.id] = plan.wait_for
+            return []
+        if plan.cancel is not None:
+            await self.cancel_markers.cancel_run(plan.cancel)
+            log.info("job %s: replacing run %s", job.id, plan.cancel, extra={"job_id": job.id})
+        if plan.misfire is not None:
+            log.warning(
+                "job %s misfired: %d occurrence(s) from %s to %s missed (%s)",
+                job.id,
+                plan.misfire.missed,
+                plan.misfire.first_missed,
+                plan.misfire.last_missed,
+                plan.misfire.policy,
+                extra={"job_id": job.id, "partition": job.partition},
+            )
+        return plan.dispatches
+
+    async def _previous_runs(self, jobs: list[Job]) -> dict[str, Execution]:
+        """The latest dispatched run of each recurring job whose overlap policy needs it."""
+        wanted = {
+            execution_id(j.id, j.last_scheduled_for): j.id
+            for j in jobs
+            if j.recurring
+            and j.overlap_policy != OverlapPolicy.ALLOW
+            and j.last_scheduled_for is not None
+        }
+        if not wanted:
+            return {}
+        runs = {wanted[e.id]: e for e in await self.store.get_executions(wanted)}
+        for job_id, run in list(runs.items()):
+            if run.status in ACTIVE_EXECUTION_STATUSES and not await self.bus.run_in_stream(
+                run.queue, run.id
+            ):
+                # Its message is gone: it ended and the recorder has not written that yet (or
+                # it was lost, which the re-dispatch sweep handles): it no longer overlaps.
+                del runs[job_id]
+        return runs
+
+    async def _on_finished(self, finished: RunsFinished) -> None:
+        """Runs ended: dispatch the buffered occurrences of jobs that waited for them."""
+        woken = [job_id for job_id in finished.job_ids if job_id in self._waiting]
+        if not woken:
+            return
+        now = self.clock.now()
+        for job_id in woken:
+            self.heap.push(job_id, now)
+        self._wake.set()
 
     async def _publish(self, messages: list[RunMessage]) -> None:
         if not messages:
@@ -305,23 +376,6 @@ class Scheduler:
         await self._publish(messages)
 
 
-def _execution(job: Job, scheduled_for: datetime, now: datetime, scheduler_id: str) -> Execution:
-    return Execution(
-        id=execution_id(job.id, scheduled_for),
-        job_id=job.id,
-        owner=job.owner,
-        task_id=job.task_id,
-        queue=job.queue,
-        partition=job.partition,
-        status=ExecutionStatus.QUEUED,
-        max_attempts=job.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
-        dispatched_by=scheduler_id,
-    )
-
-
 def _run_message(
     job: Job, ex: Execution, now: datetime, *, attempt_offset: int, redispatch: int = 0
 ) -> RunMessage:
@@ -339,4 +393,5 @@ def _run_message(
         timeout_seconds=job.timeout_seconds,
         attempt_offset=attempt_offset,
         redispatch=redispatch,
+        trigger=ex.trigger,
     )

@@ -54,7 +54,7 @@ from nats.js.api import (
 
 from core.errors import BusUnavailable
 from core.ids import owner_key
-from core.model import JobNotice, RunMessage, StatusEvent
+from core.model import JobNotice, RunMessage, RunsFinished, StatusEvent
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
 status_decoder = msgspec.json.Decoder(StatusEvent)
 notice_decoder = msgspec.json.Decoder(JobNotice)
+finished_decoder = msgspec.json.Decoder(RunsFinished)
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +583,27 @@ class Bus:
             await self.nc.publish(
                 self.config.notify_subject(notice.partition), run_encoder.encode(notice)
             )
+
+    async def publish_finished(self, job_ids: list[str]) -> None:
+        """Core-NATS notice: runs of these jobs ended (schedulers wake buffered occurrences)."""
+        with translated("notify finished runs"):
+            await self.nc.publish(
+                f"{self.config.prefix}.finished", run_encoder.encode(RunsFinished(job_ids=job_ids))
+            )
+
+    async def subscribe_finished(
+        self, handler: Callable[[RunsFinished], Awaitable[None]]
+    ) -> Closeable:
+        async def on_msg(msg: Msg) -> None:
+            try:
+                finished = finished_decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("dropping undecodable finished-runs notice")
+                return
+            await handler(finished)
+
+        with translated("subscribe to finished runs"):
+            return Closeable(await self.nc.subscribe(f"{self.config.prefix}.finished", cb=on_msg))
 
     async def subscribe_notices(self, handler: Callable[[JobNotice], Awaitable[None]]) -> Closeable:
         """Subscribe to notices of every partition; ``handler`` filters by ownership."""

@@ -35,27 +35,71 @@ class JobStatus(enum.StrEnum):
     A one-time job (``immediate`` / ``once``) moves SCHEDULED → RUNNING → SUCCEEDED | FAILED and
     stays there. A recurring job (``cron`` / ``interval``) is SCHEDULED while it waits for its next
     run and RUNNING while a run is in progress; the outcome of its latest finished run is in
-    ``lastRunStatus``. A recurring job becomes SUCCEEDED only when its schedule is exhausted (an
-    ``endAt`` passed) and its last run succeeded.
+    ``lastRunStatus``. A recurring job becomes SUCCEEDED or FAILED (its last run's outcome) only
+    when its schedule is exhausted (``endAt`` passed). PAUSED: no run starts until it is resumed.
+    CANCELLED: no further run starts, ever.
     """
 
     SCHEDULED = "SCHEDULED"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    PAUSED = "PAUSED"
+    CANCELLED = "CANCELLED"
 
 
 class ExecutionStatus(enum.StrEnum):
-    """Status of one run: QUEUED → RUNNING → SUCCEEDED | FAILED, with RETRYING between attempts."""
+    """Status of one run: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED, with RETRYING between
+    attempts. SKIPPED: an occurrence that did not run (overlap, misfire), with the reason."""
 
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
     RETRYING = "RETRYING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    CANCELLED = "CANCELLED"
 
 
-TERMINAL_EXECUTION_STATUSES = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED})
+TERMINAL_EXECUTION_STATUSES = frozenset(
+    {
+        ExecutionStatus.SUCCEEDED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.SKIPPED,
+        ExecutionStatus.CANCELLED,
+    }
+)
+ACTIVE_EXECUTION_STATUSES = frozenset(
+    {ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatus.RETRYING}
+)
+FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What to do with occurrences that came due while the job could not be dispatched."""
+
+    RUN_ONCE = "runOnce"
+    SKIP = "skip"
+    RUN_ALL = "runAll"
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What to do when a recurring job's next run is due while its previous one still runs."""
+
+    ALLOW = "allow"
+    FORBID = "forbid"
+    BUFFER_ONE = "bufferOne"
+    REPLACE = "replace"
+
+
+class RunTrigger(enum.StrEnum):
+    """Why a run exists: its schedule, a misfire catch-up, or a user's trigger."""
+
+    SCHEDULE = "schedule"
+    CATCH_UP = "catchUp"
+    MANUAL = "manual"
+
+
 TERMINAL_RANK = 1_000_000
 
 
@@ -95,21 +139,40 @@ class OnceSchedule(
     execute_at: datetime
 
 
+JitterSeconds = Annotated[float, msgspec.Meta(ge=0, le=3600, description="seconds")]
+
+
 class CronSchedule(
     Model, tag="cron", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
 ):
-    """Run at the fire times of a cron expression evaluated in an IANA time zone."""
+    """Run at the fire times of a cron expression evaluated in an IANA time zone.
+
+    ``gap``: a fixed-time occurrence in a spring-forward gap runs at the first instant after the
+    gap (``shift``) or not that day (``skip``). ``fold``: one in the repeated fall-back hour runs
+    on its first pass (``once``) or on both (``both``). Runs happen only within
+    ``[start_at, end_at]``; each is delayed by a random ``0..jitter_seconds`` (recorded on it).
+    """
 
     expression: str
     timezone: str = "UTC"
+    gap: Literal["shift", "skip"] = "shift"
+    fold: Literal["once", "both"] = "once"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    jitter_seconds: JitterSeconds = 0.0
 
 
 class IntervalSchedule(
     Model, tag="interval", tag_field="type", kw_only=True, omit_defaults=False, frozen=True
 ):
-    """Run every ``every_seconds``; the first run is one interval after creation."""
+    """Run every ``every_seconds``: first at ``start_at`` (default: one interval after creation),
+    then every interval after the previous *scheduled* time, until ``end_at``; each run delayed by
+    a random ``0..jitter_seconds``."""
 
     every_seconds: EverySeconds
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    jitter_seconds: JitterSeconds = 0.0
 
 
 Schedule = ImmediateSchedule | OnceSchedule | CronSchedule | IntervalSchedule
@@ -145,11 +208,16 @@ MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=20)]
 TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400, description="seconds")]
 
 
+GraceSeconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86400, description="seconds")]
+MaxCatchUp = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+
+
 class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Body of ``POST /jobs``.
 
     ``max_attempts`` and ``timeout_seconds`` default to the task's defaults; ``queue`` names the
-    work queue (one JetStream subject and one durable consumer per queue).
+    work queue (one JetStream subject and one durable consumer per queue). The policies are
+    described in the README's "Scheduling rules".
     """
 
     task_id: TaskId
@@ -158,6 +226,24 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     max_attempts: MaxAttempts | None = None
     timeout_seconds: TimeoutSeconds | None = None
     queue: QueueName = "default"
+    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    misfire_grace_seconds: GraceSeconds = 60.0
+    max_catch_up: MaxCatchUp = 10
+    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+
+
+class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged)."""
+
+    schedule: ScheduleIn | None = None
+    parameters: dict[str, Any] | None = None
+    max_attempts: MaxAttempts | None = None
+    timeout_seconds: TimeoutSeconds | None = None
+    queue: QueueName | None = None
+    misfire_policy: MisfirePolicy | None = None
+    misfire_grace_seconds: GraceSeconds | None = None
+    max_catch_up: MaxCatchUp | None = None
+    overlap_policy: OverlapPolicy | None = None
 
 
 class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -176,6 +262,10 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     queue: str = "default"
     max_attempts: int = 3
     timeout_seconds: float = 300.0
+    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    misfire_grace_seconds: float = 60.0
+    max_catch_up: int = 10
+    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     status: JobStatus = JobStatus.SCHEDULED
     partition: int = 0
     created_at: datetime
@@ -187,10 +277,26 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     last_execution_id: str | None = None
     last_scheduled_for: datetime | None = None
     run_count: int = 0
+    idempotency_key: str | None = None
 
     @property
     def recurring(self) -> bool:
         return isinstance(self.schedule, RECURRING_SCHEDULES)
+
+
+class Missed(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """Occurrences that did not run, recorded on a SKIPPED execution.
+
+    Attributes:
+        count: how many occurrences (exact; see README for the bound).
+        first / last: the earliest and latest of them (aware UTC).
+        policy: the misfire or overlap policy that applied.
+    """
+
+    count: int
+    first: datetime | None = None
+    last: datetime | None = None
+    policy: str
 
 
 class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -222,6 +328,10 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     error: str | None = None
     result: Any = None
     dispatched_by: str | None = None
+    trigger: RunTrigger = RunTrigger.SCHEDULE
+    jitter_ms: int = 0
+    skip_reason: str | None = None
+    missed: Missed | None = None
 
 
 class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
@@ -256,6 +366,7 @@ class RunMessage(Model, kw_only=True, frozen=True):
     timeout_seconds: float = 300.0
     attempt_offset: int = 0
     redispatch: int = 0
+    trigger: RunTrigger = RunTrigger.SCHEDULE
 
     @property
     def msg_id(self) -> str:
@@ -297,6 +408,12 @@ class StatusEvent(Model, kw_only=True, frozen=True):
     @property
     def rank(self) -> int:
         return state_rank(self.status, self.attempt)
+
+
+class RunsFinished(Model, kw_only=True, frozen=True):
+    """Core-NATS notice from a recorder: runs of these jobs reached a terminal status."""
+
+    job_ids: list[str]
 
 
 class JobNotice(Model, kw_only=True, frozen=True):

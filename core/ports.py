@@ -11,7 +11,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from core.model import Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
+from core.errors import Conflict
+from core.model import (
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    MisfirePolicy,
+    OverlapPolicy,
+    Page,
+    Schedule,
+    StatusEvent,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +41,77 @@ class JobQuery:
     last_run_status: ExecutionStatus | None = None
     created_from: datetime | None = None
     created_to: datetime | None = None
+
+
+class IdempotencyKeyReused(Conflict):
+    """A job with this idempotency key exists for this owner (RFC draft "Idempotency-Key").
+
+    Attributes:
+        job: the job created by the first request with the key.
+        same_request: whether that request had the same body (then the job is the answer).
+    """
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, job: Job, *, same_request: bool) -> None:
+        super().__init__(
+            "this Idempotency-Key was used for another request"
+            if not same_request
+            else "this Idempotency-Key was used already"
+        )
+        self.job = job
+        self.same_request = same_request
+
+
+class JobStatusConflict(Conflict):
+    """The job's status does not allow the change (e.g. resuming a job that is not paused)."""
+
+    code = "job_state_conflict"
+
+    def __init__(self, job_id: str, status: JobStatus, action: str) -> None:
+        super().__init__(f"job {job_id} is {status}; it cannot be {action}")
+        self.job_status = status
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a job does and when: the part users set (create, PATCH)."""
+
+    task_id: str
+    schedule: Schedule
+    parameters: dict[str, object]
+    queue: str
+    max_attempts: int
+    timeout_seconds: float
+    misfire_policy: MisfirePolicy
+    misfire_grace_seconds: float
+    max_catch_up: int
+    overlap_policy: OverlapPolicy
+
+
+UNCHANGED: object = object()
+"""Marker: a :class:`JobChange` field that is left as it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """A conditional change of one job (pause, resume, cancel, PATCH).
+
+    Applied atomically, and only if the job's status is in ``allowed_from`` (None: any).
+
+    Attributes:
+        action: what the change is, for the error message ("paused", "resumed"…).
+        allowed_from: statuses the job must be in.
+        status: the new status (None: unchanged).
+        next_run_at: the new next run time (:data:`UNCHANGED`: unchanged; None: no run).
+        spec: the new spec (None: unchanged).
+    """
+
+    action: str
+    allowed_from: frozenset[JobStatus] | None = None
+    status: JobStatus | None = None
+    next_run_at: datetime | object | None = UNCHANGED
+    spec: JobSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +163,41 @@ class JobStore(Protocol):
         """Return if the store answers; raise StoreUnavailable otherwise."""
         ...
 
-    async def create_job(self, job: Job) -> Job:
-        """Insert a new job durably (SQLite: committed in WAL; MongoDB: majority, journaled)."""
+    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
+        """Insert a new job durably (SQLite: committed in WAL; MongoDB: majority, journaled).
+
+        ``job.idempotency_key`` (optional) is unique per owner; ``request_hash`` identifies the
+        request that created it.
+
+        Raises:
+            IdempotencyKeyReused: the owner already has a job with this key.
+            Conflict: a job with this id exists.
+        """
+        ...
+
+    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+        """Apply ``change`` atomically if the job's status allows it; the job after the change.
+
+        Raises:
+            JobNotFound: no such job for ``owner``.
+            JobStatusConflict: the job's status is not in ``change.allowed_from``.
+        """
+        ...
+
+    async def delete_job(self, owner: str, job_id: str) -> None:
+        """Delete the job and its executions.
+
+        Raises:
+            JobNotFound: no such job for ``owner``.
+        """
+        ...
+
+    async def insert_execution(self, execution: Execution) -> bool:
+        """Insert an execution unless one with its id exists; whether it was inserted."""
+        ...
+
+    async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
+        """The executions among ``execution_ids`` that exist (any order)."""
         ...
 
     async def get_job(self, owner: str, job_id: str) -> Job:

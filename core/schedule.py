@@ -1,40 +1,62 @@
-"""Fire-time rules per schedule type: validation, the first run, the next run, misfires.
+"""Fire-time rules per schedule type: validation, first and next runs, misfires, jitter.
 
 Pure functions of their arguments: "now" is always passed in. The next run is computed from the
 previous *scheduled* time, never from now, so an early timer wake-up or a clock step cannot fire
-the same occurrence twice.
+the same occurrence twice. The rules are described, with examples, in the README's
+"Scheduling rules".
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import msgspec
+
 from core import cron
 from core.errors import FieldError, InvalidRequest
-from core.model import CronSchedule, ImmediateSchedule, IntervalSchedule, OnceSchedule, Schedule
-from core.timeutil import to_utc_ms
+from core.model import (
+    CronSchedule,
+    ImmediateSchedule,
+    IntervalSchedule,
+    MisfirePolicy,
+    OnceSchedule,
+    Schedule,
+)
+from core.timeutil import to_epoch_ms, to_utc_ms
 
 DEFAULT_MISFIRE_GRACE_S = 60.0
 MAX_CATCH_UP_SCAN = 1_000_000
+"""Missed occurrences are counted exactly up to this many; past it the count is a lower bound."""
+
+_MS = timedelta(milliseconds=1)
+
+
+def _instant(value: datetime | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise InvalidRequest(FieldError(field, "must include a UTC offset, e.g. Z or +02:00"))
+    return to_utc_ms(value)
 
 
 def normalize(
     schedule: Schedule, now: datetime, *, grace_s: float = DEFAULT_MISFIRE_GRACE_S
 ) -> Schedule:
-    """Validate a schedule from a request and return it with instants in UTC.
+    """Validate a schedule from a request and return it with every instant in UTC.
 
     Raises:
-        InvalidRequest: naming ``schedule.<field>``: an ``executeAt`` without an offset or more than
-            ``grace_s`` seconds in the past, an unknown time zone, an invalid cron expression.
+        InvalidRequest: naming ``schedule.<field>``: an instant without an offset, an
+            ``executeAt`` more than ``grace_s`` seconds in the past, an unknown time zone, an
+            invalid cron expression, ``endAt`` not after ``startAt``, a schedule that can never
+            run again (its ``endAt`` is before its first run).
     """
     match schedule:
-        case OnceSchedule(execute_at=at):
-            if at.tzinfo is None:
-                raise InvalidRequest(
-                    FieldError("schedule.executeAt", "must include a UTC offset, e.g. Z or +02:00")
-                )
-            at = to_utc_ms(at)
+        case OnceSchedule(execute_at=given):
+            at = _instant(given, "schedule.executeAt")
+            assert at is not None
             if at < now - timedelta(seconds=grace_s):
                 raise InvalidRequest(
                     FieldError(
@@ -43,60 +65,145 @@ def normalize(
                     )
                 )
             return type(schedule)(execute_at=at)
-        case CronSchedule(expression=expression, timezone=tz):
-            cron.resolve_timezone(tz)
-            cron.parse_cron(expression)
-            return schedule
-        case ImmediateSchedule() | IntervalSchedule():
+        case CronSchedule() | IntervalSchedule():
+            start = _instant(schedule.start_at, "schedule.startAt")
+            end = _instant(schedule.end_at, "schedule.endAt")
+            if start and end and end <= start:
+                raise InvalidRequest(FieldError("schedule.endAt", "must be after startAt"))
+            if isinstance(schedule, CronSchedule):
+                cron.resolve_timezone(schedule.timezone)
+                cron.parse_cron(schedule.expression)
+            normalized = _replace(schedule, start_at=start, end_at=end)
+            if first_run_at(normalized, now) is None:
+                raise InvalidRequest(
+                    FieldError("schedule.endAt", "is before the schedule's first run")
+                )
+            return normalized
+        case ImmediateSchedule():
             return schedule
     raise AssertionError(f"unhandled schedule {schedule!r}")
 
 
-def first_run_at(schedule: Schedule, now: datetime) -> datetime:
-    """The scheduled time of a new job's first run (aware UTC)."""
+def _replace(schedule: CronSchedule | IntervalSchedule, **changes: object) -> Schedule:
+    return msgspec.structs.replace(schedule, **changes)
+
+
+def first_run_at(schedule: Schedule, now: datetime) -> datetime | None:
+    """The scheduled time of a new job's first run (aware UTC); None if it can never run."""
     match schedule:
         case ImmediateSchedule():
             return now
         case OnceSchedule(execute_at=at):
             return to_utc_ms(at)
-        case IntervalSchedule(every_seconds=every):
-            return to_utc_ms(now + timedelta(seconds=every))
-        case CronSchedule(expression=expression, timezone=tz):
-            return cron.parse_cron(expression).next_after(now, cron.resolve_timezone(tz))
+        case IntervalSchedule(every_seconds=every, start_at=start):
+            first = start if start is not None else to_utc_ms(now + timedelta(seconds=every))
+            return _within(schedule, first)
+        case CronSchedule(start_at=start):
+            after = now if start is None or start - _MS < now else start - _MS
+            return _cron_after(schedule, after)
     raise AssertionError(f"unhandled schedule {schedule!r}")
 
 
 def next_run_after(schedule: Schedule, occurrence: datetime) -> datetime | None:
-    """The occurrence after ``occurrence`` (aware UTC), or None for one-time schedules."""
+    """The occurrence after ``occurrence`` (aware UTC), or None (one-time, or past ``endAt``)."""
     match schedule:
         case ImmediateSchedule() | OnceSchedule():
             return None
         case IntervalSchedule(every_seconds=every):
-            return to_utc_ms(occurrence + timedelta(seconds=every))
-        case CronSchedule(expression=expression, timezone=tz):
-            return cron.parse_cron(expression).next_after(occurrence, cron.resolve_timezone(tz))
+            return _within(schedule, to_utc_ms(occurrence + timedelta(seconds=every)))
+        case CronSchedule():
+            return _cron_after(schedule, occurrence)
     raise AssertionError(f"unhandled schedule {schedule!r}")
+
+
+def next_run_from_now(
+    schedule: Schedule, previous: datetime | None, now: datetime
+) -> datetime | None:
+    """The first occurrence strictly after ``now`` (resume, patch): no storm of missed runs.
+
+    An interval keeps its phase: the next point of the grid through ``previous`` (or through
+    ``start_at``) that lies after now.
+    """
+    match schedule:
+        case ImmediateSchedule():
+            return now
+        case OnceSchedule(execute_at=at):
+            return to_utc_ms(at) if at > now else now
+        case IntervalSchedule(every_seconds=every, start_at=start):
+            anchor = previous or start
+            if anchor is None:
+                return _within(schedule, to_utc_ms(now + timedelta(seconds=every)))
+            step = timedelta(seconds=every)
+            if anchor > now:
+                return _within(schedule, anchor)
+            k = int((now - anchor) / step) + 1
+            return _within(schedule, to_utc_ms(anchor + k * step))
+        case CronSchedule(start_at=start):
+            after = now if start is None or start - _MS < now else start - _MS
+            return _cron_after(schedule, after)
+    raise AssertionError(f"unhandled schedule {schedule!r}")
+
+
+def upcoming(schedule: Schedule, first: datetime | None, count: int) -> list[datetime]:
+    """``first`` and the occurrences after it, ``count`` at most (aware UTC)."""
+    out: list[datetime] = []
+    t = first
+    while t is not None and len(out) < count:
+        out.append(t)
+        t = next_run_after(schedule, t)
+    return out
+
+
+def _within(schedule: CronSchedule | IntervalSchedule, t: datetime) -> datetime | None:
+    return None if schedule.end_at is not None and t > schedule.end_at else t
+
+
+def _cron_after(schedule: CronSchedule, after: datetime) -> datetime | None:
+    expr = cron.parse_cron(schedule.expression)
+    nxt = expr.next_after(
+        after, cron.resolve_timezone(schedule.timezone), gap=schedule.gap, fold=schedule.fold
+    )
+    return _within(schedule, nxt)
+
+
+def jitter_ms(job_id: str, occurrence: datetime, jitter_s: float) -> int:
+    """The delay of one run, ``0..jitter_s`` seconds in milliseconds.
+
+    Derived from (job id, occurrence) with BLAKE2b, so every scheduler — before and after a
+    failover — delays the same run by the same amount.
+    """
+    bound = int(jitter_s * 1000)
+    if bound <= 0:
+        return 0
+    digest = hashlib.blake2b(f"{job_id}:{to_epoch_ms(occurrence)}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") % (bound + 1)
+
+
+def schedule_jitter(schedule: Schedule) -> float:
+    return schedule.jitter_seconds if isinstance(schedule, CronSchedule | IntervalSchedule) else 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Misfire:
-    """Occurrences that came due while the job could not be dispatched.
+    """Occurrences that came due while the job could not be dispatched and will not run.
 
     Attributes:
-        missed: how many occurrences were not run (the one run instead is not counted).
-        first_missed / last_missed: the earliest and latest of them (aware UTC), None if none.
+        missed: how many (exact below MAX_CATCH_UP_SCAN; a lower bound above it).
+        first_missed / last_missed: the earliest and latest of them (aware UTC).
+        policy: the misfire policy that applied.
     """
 
     missed: int
     first_missed: datetime | None
     last_missed: datetime | None
+    policy: MisfirePolicy
 
 
 @dataclass(frozen=True, slots=True)
 class DuePlan:
-    """What to dispatch for a due job: run ``run_for``, then wait for ``next_run_at``."""
+    """What to dispatch for a due job: run ``runs`` (in order), then wait for ``next_run_at``."""
 
-    run_for: datetime
+    runs: tuple[datetime, ...]
     next_run_at: datetime | None
     misfire: Misfire | None = None
 
@@ -107,41 +214,89 @@ def plan_due(
     now: datetime,
     *,
     grace_s: float = DEFAULT_MISFIRE_GRACE_S,
+    policy: MisfirePolicy = MisfirePolicy.RUN_ONCE,
+    max_catch_up: int = 10,
 ) -> DuePlan:
-    """Plan the dispatch of a job whose occurrence ``occurrence`` is due at ``now``.
+    """Plan the dispatch of a job whose ``occurrence`` is due at ``now``.
 
-    A run that starts at most ``grace_s`` seconds late is on time. A recurring job later than that
-    misfired: it runs once for its most recent missed occurrence (the ``runOnce`` policy, as
-    Quartz's "fire once now" and cronie after downtime), the older ones are reported as missed,
-    and the next run is the first occurrence after now. One-time jobs always run once, however late.
+    Every occurrence up to now is either *on time* (at most ``grace_s`` seconds late: it runs) or
+    *misfired* (later than that). Misfired occurrences follow ``policy``:
+
+    - ``runOnce``: one catch-up run, for the most recent misfired occurrence — unless an on-time
+      occurrence runs anyway; the others are recorded as missed (Quartz "fire once now",
+      cronie after downtime).
+    - ``skip``: none runs; all are recorded as missed.
+    - ``runAll``: each runs, the most recent ``max_catch_up`` of them; older ones are missed.
+
+    One-time jobs always run once, however late. The next run is the first occurrence after now.
     """
     nxt = next_run_after(schedule, occurrence)
-    if nxt is None or now - occurrence <= timedelta(seconds=grace_s) or nxt > now:
-        return DuePlan(occurrence, nxt, None)
+    on_time_alone = nxt is not None and nxt > now and now - occurrence <= timedelta(seconds=grace_s)
+    if nxt is None or on_time_alone:
+        return DuePlan((occurrence,), nxt, None)
+    late: collections.deque[datetime] = collections.deque(maxlen=max(1, max_catch_up))
+    on_time: list[datetime] = []
+    count_late, first_late, evicted = 0, None, None
+    t: datetime | None = occurrence
+    cutoff = now - timedelta(seconds=grace_s)
+    steps = 0
+    while t is not None and t <= now:
+        if t < cutoff:
+            count_late += 1
+            first_late = first_late or t
+            if len(late) == late.maxlen:
+                evicted = late[0]
+            late.append(t)
+        else:
+            on_time.append(t)
+        steps += 1
+        t = next_run_after(schedule, t) if steps < MAX_CATCH_UP_SCAN else _jump(schedule, t, now)
+    if count_late == 0:
+        return DuePlan(tuple(on_time), t, None)
+    match policy:
+        case MisfirePolicy.RUN_ONCE:
+            runs = on_time or [late[-1]]
+        case MisfirePolicy.SKIP:
+            runs = on_time
+        case MisfirePolicy.RUN_ALL:
+            runs = [*late, *on_time]
+    kept_late = [x for x in late if x in runs]
+    missed = count_late - len(kept_late)
+    if not missed:
+        return DuePlan(tuple(runs), t, None)
+    dropped = [x for x in late if x not in runs]
+    last_missed = max(dropped) if dropped else evicted
+    return DuePlan(tuple(runs), t, Misfire(missed, first_late, last_missed, policy))
+
+
+def plan_buffered(schedule: Schedule, occurrence: datetime, now: datetime) -> DuePlan:
+    """Plan the buffered run of an ``overlapPolicy: bufferOne`` job whose previous run ended.
+
+    ``occurrence`` runs now, however late; the occurrences that came due while it waited are
+    recorded as missed; the next run is the first occurrence after now.
+    """
+    nxt = next_run_after(schedule, occurrence)
+    count, first, last = 0, None, None
+    while nxt is not None and nxt <= now and count < MAX_CATCH_UP_SCAN:
+        count += 1
+        first = first or nxt
+        last = nxt
+        nxt = next_run_after(schedule, nxt)
+    if nxt is not None and nxt <= now:
+        nxt = next_run_from_now(schedule, last, now)
+    misfire = Misfire(count, first, last, MisfirePolicy.RUN_ONCE) if count else None
+    return DuePlan((occurrence,), nxt, misfire)
+
+
+def _jump(schedule: Schedule, t: datetime, now: datetime) -> datetime | None:
+    """After MAX_CATCH_UP_SCAN steps: skip to the last occurrence at or before now."""
     if isinstance(schedule, IntervalSchedule):
         step = timedelta(seconds=schedule.every_seconds)
-        missed = int((now - occurrence) / step)
-        latest = to_utc_ms(occurrence + missed * step)
-        return DuePlan(
-            latest, to_utc_ms(latest + step), Misfire(missed, occurrence, to_utc_ms(latest - step))
+        return _within(schedule, to_utc_ms(t + max(1, int((now - t) / step)) * step))
+    if isinstance(schedule, CronSchedule):
+        prev = cron.parse_cron(schedule.expression).previous_at_or_before(
+            now, cron.resolve_timezone(schedule.timezone), gap=schedule.gap, fold=schedule.fold
         )
-    latest, missed = occurrence, 0
-    while nxt is not None and nxt <= now:
-        if missed == MAX_CATCH_UP_SCAN:
-            jump = _previous(schedule, now + timedelta(seconds=1))
-            if jump is not None and jump > nxt:
-                nxt = jump
-        latest, missed = nxt, missed + 1
-        nxt = next_run_after(schedule, nxt)
-    return DuePlan(latest, nxt, Misfire(missed, occurrence, _previous(schedule, latest)))
-
-
-def _previous(schedule: Schedule, occurrence: datetime) -> datetime | None:
-    match schedule:
-        case IntervalSchedule(every_seconds=every):
-            return to_utc_ms(occurrence - timedelta(seconds=every))
-        case CronSchedule(expression=expression, timezone=tz):
-            return cron.parse_cron(expression).previous_at_or_before(
-                occurrence - timedelta(seconds=1), cron.resolve_timezone(tz)
-            )
-    return None
+        if prev is not None and prev > t:
+            return prev
+    return next_run_after(schedule, t)

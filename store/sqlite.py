@@ -31,12 +31,25 @@ from core.model import (
     ExecutionStatus,
     Job,
     JobStatus,
+    MisfirePolicy,
+    Missed,
     Model,
+    OverlapPolicy,
     Page,
+    RunTrigger,
     Schedule,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.ports import (
+    UNCHANGED,
+    Dispatch,
+    DispatchOutcome,
+    IdempotencyKeyReused,
+    JobChange,
+    JobQuery,
+    JobSpec,
+    JobStatusConflict,
+)
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
@@ -59,7 +72,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_scheduled_for INTEGER,
     last_run_scheduled_for INTEGER,
     run_count INTEGER NOT NULL DEFAULT 0,
-    spec BLOB NOT NULL
+    spec BLOB NOT NULL,
+    idempotency_key TEXT,
+    request_hash TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_owner_created ON jobs (owner, created_at DESC, id DESC);
@@ -88,7 +103,8 @@ CREATE TABLE IF NOT EXISTS executions (
     worker_id TEXT,
     error TEXT,
     result BLOB,
-    dispatched_by TEXT
+    dispatched_by TEXT,
+    extra BLOB
 );
 CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_owner_status
@@ -97,21 +113,32 @@ CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
 """
 
-MIGRATIONS = (("executions", "dispatched_by", "TEXT"),)
+MIGRATIONS = (
+    ("executions", "dispatched_by", "TEXT"),
+    ("executions", "extra", "BLOB"),
+    ("jobs", "idempotency_key", "TEXT"),
+    ("jobs", "request_hash", "TEXT"),
+)
+INDEXES_AFTER_MIGRATIONS = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
+    ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+"""
 """Columns added after a table's first release: (table, column, type), applied on open."""
 
 JOB_COLUMNS = (
     "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
-    "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec"
+    "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec, "
+    "idempotency_key"
 )
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result, dispatched_by"
+    "next_attempt_at, worker_id, error, result, dispatched_by, extra"
 )
+N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
 
 UPSERT_EVENT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * 21)})
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * N_EXECUTION_COLUMNS)})
 ON CONFLICT(id) DO UPDATE SET
     status = excluded.status,
     state_rank = excluded.state_rank,
@@ -131,8 +158,9 @@ WHERE excluded.state_rank > executions.state_rank
 JOB_SUMMARY = """
 UPDATE jobs SET
     status = CASE
+        WHEN status IN ('PAUSED', 'CANCELLED') THEN status
         WHEN :status IN ('RUNNING', 'RETRYING') THEN 'RUNNING'
-        WHEN next_run_at IS NULL THEN :status
+        WHEN next_run_at IS NULL THEN :job_status
         ELSE 'SCHEDULED' END,
     last_run_at = COALESCE(
         (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
@@ -155,7 +183,7 @@ WHERE id = ? AND next_run_at = ?
 
 
 class _Spec(Model, kw_only=True, frozen=True):
-    """The immutable part of a job, stored as one JSON column."""
+    """What a job does and when (the part users set), stored as one JSON column."""
 
     task_id: str
     schedule: Schedule
@@ -163,11 +191,49 @@ class _Spec(Model, kw_only=True, frozen=True):
     queue: str = "default"
     max_attempts: int = 3
     timeout_seconds: float = 300.0
+    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    misfire_grace_seconds: float = 60.0
+    max_catch_up: int = 10
+    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
 
+
+class _Extra(Model, kw_only=True, frozen=True):
+    """Per-run facts that never change after the run is recorded, as one JSON column."""
+
+    trigger: RunTrigger = RunTrigger.SCHEDULE
+    jitter_ms: int = 0
+    skip_reason: str | None = None
+    missed: Missed | None = None
+
+
+JOB_STATUS_AFTER = {
+    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
+    ExecutionStatus.FAILED: JobStatus.FAILED,
+    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
+    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
+}
+"""A job with no run left takes the status of its last run's outcome."""
 
 _spec_encoder = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(_Spec)
+_extra_decoder = msgspec.json.Decoder(_Extra)
 _json_decoder = msgspec.json.Decoder()
+_NO_EXTRA = _spec_encoder.encode(_Extra())
+
+
+def _spec_of(job: Job | JobSpec) -> _Spec:
+    return _Spec(
+        task_id=job.task_id,
+        schedule=job.schedule,
+        parameters=dict(job.parameters),
+        queue=job.queue,
+        max_attempts=job.max_attempts,
+        timeout_seconds=job.timeout_seconds,
+        misfire_policy=job.misfire_policy,
+        misfire_grace_seconds=job.misfire_grace_seconds,
+        max_catch_up=job.max_catch_up,
+        overlap_policy=job.overlap_policy,
+    )
 
 
 def _ms(t: datetime | None) -> int | None:
@@ -189,6 +255,10 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         queue=spec.queue,
         max_attempts=spec.max_attempts,
         timeout_seconds=spec.timeout_seconds,
+        misfire_policy=spec.misfire_policy,
+        misfire_grace_seconds=spec.misfire_grace_seconds,
+        max_catch_up=spec.max_catch_up,
+        overlap_policy=spec.overlap_policy,
         status=JobStatus(row["status"]),
         partition=row["partition"],
         created_at=from_epoch_ms(row["created_at"]),
@@ -200,18 +270,11 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         last_execution_id=row["last_execution_id"],
         last_scheduled_for=_dt(row["last_scheduled_for"]),
         run_count=row["run_count"],
+        idempotency_key=row["idempotency_key"],
     )
 
 
 def _job_row(job: Job) -> tuple[Any, ...]:
-    spec = _Spec(
-        task_id=job.task_id,
-        schedule=job.schedule,
-        parameters=job.parameters,
-        queue=job.queue,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-    )
     return (
         job.id,
         job.owner,
@@ -226,11 +289,13 @@ def _job_row(job: Job) -> tuple[Any, ...]:
         job.last_execution_id,
         _ms(job.last_scheduled_for),
         job.run_count,
-        _spec_encoder.encode(spec),
+        _spec_encoder.encode(_spec_of(job)),
+        job.idempotency_key,
     )
 
 
 def _execution_from_row(row: sqlite3.Row) -> Execution:
+    extra = _extra_decoder.decode(row["extra"]) if row["extra"] else _Extra()
     return Execution(
         id=row["id"],
         job_id=row["job_id"],
@@ -253,6 +318,10 @@ def _execution_from_row(row: sqlite3.Row) -> Execution:
         error=row["error"],
         result=None if row["result"] is None else _json_decoder.decode(row["result"]),
         dispatched_by=row["dispatched_by"],
+        trigger=extra.trigger,
+        jitter_ms=extra.jitter_ms,
+        skip_reason=extra.skip_reason,
+        missed=extra.missed,
     )
 
 
@@ -279,6 +348,14 @@ def _execution_row(e: Execution) -> tuple[Any, ...]:
         e.error,
         None if e.result is None else msgspec.json.encode(e.result),
         e.dispatched_by,
+        _spec_encoder.encode(
+            _Extra(
+                trigger=e.trigger,
+                jitter_ms=e.jitter_ms,
+                skip_reason=e.skip_reason,
+                missed=e.missed,
+            )
+        ),
     )
 
 
@@ -306,12 +383,14 @@ def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
         ev.error,
         None if ev.result is None else msgspec.json.encode(ev.result),
         None,
+        _NO_EXTRA,
     )
 
 
 def _summary_params(ev: StatusEvent) -> dict[str, Any]:
     return {
         "status": ev.status.value,
+        "job_status": JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED).value,
         "started_at": _ms(ev.started_at),
         "terminal": ev.status in TERMINAL_EXECUTION_STATUSES,
         "error": ev.error,
@@ -373,6 +452,7 @@ class SqliteStore:
             columns = {r[1] for r in await conn.execute_fetchall(f"PRAGMA table_info({table})")}
             if column not in columns:
                 await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        await conn.executescript(INDEXES_AFTER_MIGRATIONS)
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -425,16 +505,89 @@ class SqliteStore:
     async def ping(self) -> None:
         await self._fetch("SELECT 1")
 
-    async def create_job(self, job: Job) -> Job:
+    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
         async with self._transaction() as conn:
+            if job.idempotency_key is not None:
+                rows = list(
+                    await conn.execute_fetchall(
+                        f"SELECT {JOB_COLUMNS}, request_hash FROM jobs "
+                        "WHERE owner = ? AND idempotency_key = ?",
+                        (job.owner, job.idempotency_key),
+                    )
+                )
+                if rows:
+                    raise IdempotencyKeyReused(
+                        _job_from_row(rows[0]), same_request=rows[0]["request_hash"] == request_hash
+                    )
             try:
                 await conn.execute(
-                    f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                    _job_row(job),
+                    f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
+                    f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})",
+                    (*_job_row(job), request_hash),
                 )
             except sqlite3.IntegrityError:
                 raise Conflict(f"job {job.id} exists") from None
         return job
+
+    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+        async with self._transaction() as conn:
+            rows = list(
+                await conn.execute_fetchall(
+                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+                )
+            )
+            if not rows:
+                raise JobNotFound(f"job {job_id} not found")
+            current = _job_from_row(rows[0])
+            if change.allowed_from is not None and current.status not in change.allowed_from:
+                raise JobStatusConflict(job_id, current.status, change.action)
+            sets, params = ["updated_at = ?"], [to_epoch_ms(now)]
+            if change.status is not None:
+                sets.append("status = ?")
+                params.append(change.status.value)  # type: ignore[arg-type]
+            if change.next_run_at is not UNCHANGED:
+                assert change.next_run_at is None or isinstance(change.next_run_at, datetime)
+                sets.append("next_run_at = ?")
+                params.append(_ms(change.next_run_at))  # type: ignore[arg-type]
+            if change.spec is not None:
+                sets.append("spec = ?")
+                params.append(_spec_encoder.encode(_spec_of(change.spec)))  # type: ignore[arg-type]
+            await conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
+            rows = list(
+                await conn.execute_fetchall(
+                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
+                )
+            )
+        return _job_from_row(rows[0])
+
+    async def delete_job(self, owner: str, job_id: str) -> None:
+        async with self._transaction() as conn:
+            cur = await conn.execute("DELETE FROM jobs WHERE id = ? AND owner = ?", (job_id, owner))
+            if cur.rowcount == 0:
+                raise JobNotFound(f"job {job_id} not found")
+            await conn.execute("DELETE FROM executions WHERE job_id = ?", (job_id,))
+
+    async def insert_execution(self, execution: Execution) -> bool:
+        async with self._transaction() as conn:
+            cur = await conn.execute(
+                f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
+                f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})",
+                _execution_row(execution),
+            )
+            return cur.rowcount == 1
+
+    async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
+        ids = list(execution_ids)
+        out: list[Execution] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = await self._fetch(
+                f"SELECT {EXECUTION_COLUMNS} FROM executions "
+                f"WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            out.extend(_execution_from_row(r) for r in rows)
+        return out
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         rows = await self._fetch(
@@ -551,7 +704,7 @@ class SqliteStore:
             }
             await conn.executemany(
                 f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
-                f"VALUES ({', '.join('?' * 21)})",
+                f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})",
                 [_execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
             )
         return [

@@ -149,6 +149,11 @@ def test_job_keys_are_camel_case_and_nulls_are_kept() -> None:
         "type": "cron",
         "expression": "30 2 * * 1-5",
         "timezone": "America/New_York",
+        "gap": "shift",
+        "fold": "once",
+        "startAt": None,
+        "endAt": None,
+        "jitterSeconds": 0.0,
     }
     assert (doc["status"], doc["runCount"], doc["queue"]) == ("SCHEDULED", 0, "default")
 
@@ -168,6 +173,11 @@ def test_default_schedule_fields_are_kept() -> None:
         "type": "cron",
         "expression": "* * * * *",
         "timezone": "UTC",
+        "gap": "shift",
+        "fold": "once",
+        "startAt": None,
+        "endAt": None,
+        "jitterSeconds": 0.0,
     }
 
 
@@ -246,7 +256,7 @@ def test_a_stored_job_tolerates_unknown_fields() -> None:
     """A document written by a newer release (rolling upgrade) still decodes."""
     doc = keys(msgspec.json.encode(make_job()))
     doc["priority"] = 5
-    doc["schedule"]["jitterSeconds"] = 3
+    doc["schedule"]["someFutureOption"] = 3
 
     job = msgspec.json.decode(json.dumps(doc), type=Job)
 

@@ -16,7 +16,14 @@ import pytest
 
 from core.cron import parse_cron
 from core.errors import InvalidCron, InvalidRequest
-from core.model import CronSchedule, ImmediateSchedule, IntervalSchedule, OnceSchedule, Schedule
+from core.model import (
+    CronSchedule,
+    ImmediateSchedule,
+    IntervalSchedule,
+    MisfirePolicy,
+    OnceSchedule,
+    Schedule,
+)
 from core.schedule import (
     DEFAULT_MISFIRE_GRACE_S,
     DuePlan,
@@ -248,7 +255,7 @@ def test_the_next_run_counts_from_the_scheduled_time_not_from_now(
 ) -> None:
     occurrence = utc("2026-06-01T10:00:00Z")
     for now in (utc("2026-06-01T09:59:59.9Z"), utc("2026-06-01T10:00:45Z")):
-        assert plan_due(schedule, occurrence, now) == DuePlan(occurrence, expected_next, None)
+        assert plan_due(schedule, occurrence, now) == DuePlan((occurrence,), expected_next, None)
 
 
 # --- plan_due ------------------------------------------------------------------------------
@@ -257,14 +264,69 @@ def test_the_next_run_counts_from_the_scheduled_time_not_from_now(
 def test_an_on_time_run_has_no_misfire() -> None:
     plan = plan_due(MINUTELY, utc("2026-06-01T10:00:00Z"), utc("2026-06-01T10:00:20Z"))
 
-    assert plan == DuePlan(utc("2026-06-01T10:00:00Z"), utc("2026-06-01T10:01:00Z"), None)
+    assert plan == DuePlan((utc("2026-06-01T10:00:00Z"),), utc("2026-06-01T10:01:00Z"), None)
 
 
 def test_a_run_late_by_exactly_the_grace_is_on_time() -> None:
     occurrence = utc("2026-06-01T10:00:00Z")
     now = occurrence + timedelta(seconds=DEFAULT_MISFIRE_GRACE_S)
 
-    assert plan_due(MINUTELY, occurrence, now) == DuePlan(occurrence, utc("2026-06-01T10:01:00Z"))
+    # 10:00 is exactly the grace late, 10:01 is due now: both are on time and both run.
+    assert plan_due(MINUTELY, occurrence, now) == DuePlan(
+        (occurrence, utc("2026-06-01T10:01:00Z")), utc("2026-06-01T10:02:00Z")
+    )
+
+
+def test_every_occurrence_within_the_grace_runs() -> None:
+    every_10s = IntervalSchedule(every_seconds=10)
+    occurrence = utc("2026-06-01T10:00:00Z")
+    plan = plan_due(every_10s, occurrence, occurrence + timedelta(seconds=25))
+
+    assert plan.runs == tuple(occurrence + timedelta(seconds=s) for s in (0, 10, 20))
+    assert plan.next_run_at == occurrence + timedelta(seconds=30)
+    assert plan.misfire is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "runs", "missed"),
+    [
+        (MisfirePolicy.RUN_ONCE, ["10:20"], 19),
+        (MisfirePolicy.SKIP, [], 20),
+        (MisfirePolicy.RUN_ALL, [f"10:{m:02d}" for m in range(11, 21)], 10),
+    ],
+)
+def test_misfire_policies(policy: MisfirePolicy, runs: list[str], missed: int) -> None:
+    """20 minutely occurrences 10:01-10:20, all more than the 30 s grace late at 10:20:45."""
+    plan = plan_due(
+        MINUTELY,
+        utc("2026-06-01T10:01:00Z"),
+        utc("2026-06-01T10:20:45Z"),
+        grace_s=30,
+        policy=policy,
+        max_catch_up=10,
+    )
+
+    assert [t.strftime("%H:%M") for t in plan.runs] == runs
+    assert plan.next_run_at == utc("2026-06-01T10:21:00Z")
+    assert plan.misfire is not None
+    assert plan.misfire.missed == missed
+    assert plan.misfire.policy == policy
+    assert plan.misfire.first_missed == utc("2026-06-01T10:01:00Z")
+    assert (
+        plan.misfire.last_missed
+        == {
+            MisfirePolicy.RUN_ONCE: utc("2026-06-01T10:19:00Z"),
+            MisfirePolicy.SKIP: utc("2026-06-01T10:20:00Z"),
+            MisfirePolicy.RUN_ALL: utc("2026-06-01T10:10:00Z"),
+        }[policy]
+    )
+
+
+def test_an_on_time_occurrence_serves_as_the_catch_up_run() -> None:
+    plan = plan_due(MINUTELY, utc("2026-06-01T10:01:00Z"), utc("2026-06-01T10:21:30Z"))
+
+    assert plan.runs == (utc("2026-06-01T10:21:00Z"),)
+    assert plan.misfire is not None and plan.misfire.missed == 20
 
 
 def test_s01_misfire_after_downtime_runs_the_latest_occurrence_once() -> None:
@@ -274,12 +336,13 @@ def test_s01_misfire_after_downtime_runs_the_latest_occurrence_once() -> None:
 
     plan = plan_due(MINUTELY, utc("2026-06-01T08:30:00Z"), utc("2026-06-01T10:21:30Z"))
 
-    assert plan.run_for == scheduled[0] == utc("2026-06-01T10:21:00Z")
+    assert plan.runs[0] == scheduled[0] == utc("2026-06-01T10:21:00Z")
     assert plan.next_run_at == scheduled[1] == utc("2026-06-01T10:22:00Z")
     assert plan.misfire == Misfire(
         missed=expected["missed_recorded"],
         first_missed=utc("2026-06-01T08:30:00Z"),
         last_missed=utc("2026-06-01T10:20:00Z"),
+        policy=MisfirePolicy.RUN_ONCE,
     )
     assert expected["missed_recorded"] == 111
 
@@ -290,14 +353,14 @@ def test_s01_after_the_restart_dispatches_once_then_on_time() -> None:
     scheduled = [utc(d["scheduledTime"]) for d in expected["dispatches"]]
 
     at_restart = dispatches(MINUTELY, utc("2026-06-01T08:30:00Z"), utc("2026-06-01T10:21:30Z"))
-    assert [p.run_for for p in at_restart] == scheduled[:1]
+    assert [p.runs[0] for p in at_restart] == scheduled[:1]
     assert at_restart[-1].next_run_at == scheduled[1]
 
     later = [
         plan_due(MINUTELY, occurrence, occurrence + timedelta(seconds=0.2))
         for occurrence in scheduled[1:]
     ]
-    assert [p.run_for for p in later] == scheduled[1:]
+    assert [p.runs[0] for p in later] == scheduled[1:]
     assert all(p.misfire is None for p in later)
 
 
@@ -309,7 +372,7 @@ def test_s01_daily_variant_runs_one_catch_up() -> None:
     plans = dispatches(schedule, utc("2026-06-01T03:00:00Z"), utc("2026-06-01T09:00:00Z"))
 
     assert len(plans) == variant["expected_catch_up_runs"] == 1
-    assert plans[0].run_for == utc("2026-06-01T03:00:00Z")
+    assert plans[0].runs[0] == utc("2026-06-01T03:00:00Z")
     assert plans[0].next_run_at == utc("2026-06-02T03:00:00Z")
     assert plans[0].misfire is None
 
@@ -320,9 +383,11 @@ def test_a_cron_misfire_in_a_zone_reports_wall_clock_occurrences() -> None:
     plan = plan_due(schedule, utc("2026-06-01T07:00:00Z"), utc("2026-06-04T08:00:00Z"))
 
     assert plan == DuePlan(
-        utc("2026-06-04T07:00:00Z"),
+        (utc("2026-06-04T07:00:00Z"),),
         utc("2026-06-05T07:00:00Z"),
-        Misfire(3, utc("2026-06-01T07:00:00Z"), utc("2026-06-03T07:00:00Z")),
+        Misfire(
+            3, utc("2026-06-01T07:00:00Z"), utc("2026-06-03T07:00:00Z"), MisfirePolicy.RUN_ONCE
+        ),
     )
 
 
@@ -331,8 +396,6 @@ def test_a_cron_misfire_in_a_zone_reports_wall_clock_occurrences() -> None:
     [
         # due T, T+60, …, T+600 (11 occurrences): run T+600, 10 missed (T … T+540)
         (60, timedelta(minutes=10, seconds=30), timedelta(minutes=10), 10, timedelta(minutes=9)),
-        # due exactly now: the occurrence at now is the one that runs
-        (60, timedelta(minutes=10), timedelta(minutes=10), 10, timedelta(minutes=9)),
         # due T, T+90, …, T+540 (7 occurrences): run T+540, 6 missed (T … T+450)
         (90, timedelta(minutes=10), timedelta(seconds=540), 6, timedelta(seconds=450)),
         # due T, T+61.5: run T+61.5, 1 missed (T)
@@ -346,9 +409,9 @@ def test_an_interval_misfire_runs_the_latest_due_occurrence(
     plan = plan_due(IntervalSchedule(every_seconds=every_s), t, t + late)
 
     assert plan == DuePlan(
-        t + run_for,
+        (t + run_for,),
         t + run_for + timedelta(seconds=every_s),
-        Misfire(missed, t, t + last_missed),
+        Misfire(missed, t, t + last_missed, MisfirePolicy.RUN_ONCE),
     )
 
 
@@ -365,7 +428,7 @@ def test_a_slow_interval_run_beyond_the_grace_is_late_but_not_a_misfire() -> Non
 
     plan = plan_due(IntervalSchedule(every_seconds=3600), t, t + timedelta(minutes=5))
 
-    assert plan == DuePlan(t, t + timedelta(hours=1), None)
+    assert plan == DuePlan((t,), t + timedelta(hours=1), None)
 
 
 @pytest.mark.parametrize(
@@ -377,7 +440,7 @@ def test_a_one_time_job_always_runs_once_however_late(schedule: Schedule) -> Non
     due = utc("2026-06-01T08:00:00Z")
 
     for late in (timedelta(seconds=1), timedelta(hours=2), timedelta(days=400)):
-        assert plan_due(schedule, due, due + late) == DuePlan(due, None, None)
+        assert plan_due(schedule, due, due + late) == DuePlan((due,), None, None)
 
 
 def test_a_long_cron_misfire_counts_every_missed_occurrence() -> None:
@@ -386,6 +449,8 @@ def test_a_long_cron_misfire_counts_every_missed_occurrence() -> None:
 
     plan = plan_due(MINUTELY, occurrence, now)
 
-    assert plan.run_for == utc("2026-06-11T00:00:00Z")
+    assert plan.runs[0] == utc("2026-06-11T00:00:00Z")
     assert plan.next_run_at == utc("2026-06-11T00:01:00Z")
-    assert plan.misfire == Misfire(14_400, occurrence, utc("2026-06-10T23:59:00Z"))
+    assert plan.misfire == Misfire(
+        14_400, occurrence, utc("2026-06-10T23:59:00Z"), MisfirePolicy.RUN_ONCE
+    )

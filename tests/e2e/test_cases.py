@@ -6,6 +6,7 @@ S01 misfire after downtime, S02 once job 1 s late, S06 poison messages, S07 mess
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -14,7 +15,7 @@ import nats
 from bus.nats import BusConfig, run_key
 from core.clock import FakeClock
 from core.ids import execution_id
-from core.model import ExecutionStatus, RunMessage
+from core.model import Execution, ExecutionStatus, RunMessage
 from tests.conftest import SettingsFactory
 from tests.support import EventLog, Stack, start_stack, wait_executions, wait_job
 
@@ -129,7 +130,12 @@ async def test_s07_each_occurrence_has_its_own_message_id(
         assert job.next_run_at == datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
         for minute in range(5):
             await clock.set(datetime(2026, 6, 1, 10, minute, tzinfo=UTC))
-            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, count=minute + 1, timeout_s=10)
+            await wait_executions(
+                client,
+                job.id,
+                lambda rs, n=minute + 1: sum(r.status == "SUCCEEDED" for r in rs) == n,
+                timeout_s=10,
+            )
         runs = await wait_executions(
             client, job.id, lambda rs: len(rs) == 5 and all(r.status == "SUCCEEDED" for r in rs)
         )
@@ -163,40 +169,40 @@ async def test_s07_each_occurrence_has_its_own_message_id(
 
 
 async def test_s01_misfire_after_downtime_runs_the_latest_occurrence_once(
-    make_settings: SettingsFactory, prefix: str
+    make_settings: SettingsFactory,
 ) -> None:
     clock = FakeClock(datetime(2026, 6, 1, 8, 28, 30, tzinfo=UTC))
     settings = make_settings()
-    async with (
-        start_stack(settings, clock=clock) as stack,
-        EventLog(settings.nats_url, prefix) as log,
-    ):
+    async with start_stack(settings, clock=clock) as stack:
         job = await stack.client().create_job(
             {"taskId": "noop", "schedule": {"type": "cron", "expression": "* * * * *"}}
         )
         await clock.set(datetime(2026, 6, 1, 8, 29, tzinfo=UTC))
-        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=10)
+        await wait_executions(
+            stack.client(), job.id, lambda rs: [r.status for r in rs] == ["SUCCEEDED"]
+        )
     await clock.set(datetime(2026, 6, 1, 10, 21, 30, tzinfo=UTC))
-    async with (
-        start_stack(settings, clock=clock) as stack,
-        EventLog(settings.nats_url, prefix) as log,
-    ):
+    async with start_stack(settings, clock=clock) as stack:
         client = stack.client()
-        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=10)
+
+        def succeeded(n: int) -> Callable[[list[Execution]], bool]:
+            return lambda rs: sum(r.status == "SUCCEEDED" for r in rs) == n
+
+        await wait_executions(client, job.id, succeeded(2))
         for minute in (22, 23):
             await clock.set(datetime(2026, 6, 1, 10, minute, tzinfo=UTC))
-            await log.wait_status(
-                job.id, ExecutionStatus.SUCCEEDED, count=minute - 20, timeout_s=10
-            )
-        runs = await wait_executions(
-            client, job.id, lambda rs: len(rs) == 4 and all(r.status == "SUCCEEDED" for r in rs)
+            await wait_executions(client, job.id, succeeded(minute - 19))
+        runs = await wait_executions(client, job.id, succeeded(4))
+        ran = sorted(
+            (r.scheduled_for.hour, r.scheduled_for.minute) for r in runs if r.status == "SUCCEEDED"
         )
-        assert sorted((r.scheduled_for.hour, r.scheduled_for.minute) for r in runs) == [
-            (8, 29),
-            (10, 21),
-            (10, 22),
-            (10, 23),
-        ]
+        assert ran == [(8, 29), (10, 21), (10, 22), (10, 23)]
+        [record] = [r for r in runs if r.status == "SKIPPED"]
+        assert record.skip_reason == "misfire"
+        assert record.missed is not None
+        assert (record.missed.count, record.missed.policy) == (111, "runOnce")
+        assert record.missed.first == datetime(2026, 6, 1, 8, 30, tzinfo=UTC)
+        assert record.missed.last == datetime(2026, 6, 1, 10, 20, tzinfo=UTC)
         catch_up = next(
             r for r in runs if r.scheduled_for.hour == 10 and r.scheduled_for.minute == 21
         )

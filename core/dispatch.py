@@ -1,0 +1,188 @@
+"""What a scheduler does with a due job, decided without I/O.
+
+Given the job, now, and the state of its previous run, :func:`plan_job` answers: wait (jitter
+not over yet, or ``bufferOne`` waiting for the previous run to end), or record a chain of
+executions — runs to publish and SKIPPED records (misfired occurrences, occurrences skipped
+because of an overlap) — each advancing the job's ``nextRunAt`` by compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from core.ids import execution_id
+from core.model import (
+    ACTIVE_EXECUTION_STATUSES,
+    TERMINAL_RANK,
+    Execution,
+    ExecutionStatus,
+    Job,
+    Missed,
+    OverlapPolicy,
+    RunTrigger,
+)
+from core.ports import Dispatch
+from core.schedule import DuePlan, Misfire, jitter_ms, plan_buffered, plan_due, schedule_jitter
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """The decision for one due job.
+
+    Attributes:
+        dispatches: the chain to record, in order (empty: nothing to record now).
+        not_before: the job is not due yet (its jitter delay runs until then).
+        wait_for: ``bufferOne``: wait until this previous run ends, then dispatch.
+        cancel: ``replace``: cancel this previous run first.
+        misfire: occurrences recorded as missed, for the log.
+    """
+
+    dispatches: list[Dispatch] = field(default_factory=list)
+    not_before: datetime | None = None
+    wait_for: str | None = None
+    cancel: str | None = None
+    misfire: Misfire | None = None
+
+    @property
+    def queued(self) -> list[Execution]:
+        """The executions of the chain that are runs to publish."""
+        return [
+            d.execution for d in self.dispatches if d.execution.status == ExecutionStatus.QUEUED
+        ]
+
+
+def due_at(job: Job) -> datetime | None:
+    """When the job's next occurrence may be dispatched: its scheduled time plus its jitter."""
+    if job.next_run_at is None:
+        return None
+    delay = jitter_ms(job.id, job.next_run_at, schedule_jitter(job.schedule))
+    return job.next_run_at + timedelta(milliseconds=delay)
+
+
+def plan_job(
+    job: Job,
+    now: datetime,
+    *,
+    previous: Execution | None,
+    buffered: bool,
+    scheduler_id: str,
+) -> JobPlan:
+    """Decide what to do with ``job`` at ``now`` (see module docstring).
+
+    Args:
+        previous: the job's latest dispatched run (None if unknown or none).
+        buffered: the job was waiting (``bufferOne``) and its previous run has ended since.
+        scheduler_id: recorded on the executions.
+    """
+    occurrence = job.next_run_at
+    assert occurrence is not None
+    start = due_at(job)
+    if start is not None and start > now:
+        return JobPlan(not_before=start)
+    active = previous is not None and previous.status in ACTIVE_EXECUTION_STATUSES
+    policy = job.overlap_policy if job.recurring else OverlapPolicy.ALLOW
+    if active and policy == OverlapPolicy.BUFFER_ONE:
+        assert previous is not None
+        return JobPlan(wait_for=previous.id)
+    if buffered and job.recurring:
+        plan = plan_buffered(job.schedule, occurrence, now)
+    else:
+        plan = plan_due(
+            job.schedule,
+            occurrence,
+            now,
+            grace_s=job.misfire_grace_seconds,
+            policy=job.misfire_policy,
+            max_catch_up=job.max_catch_up,
+        )
+    skip_reason = None
+    if active and policy == OverlapPolicy.FORBID:
+        assert previous is not None
+        skip_reason = f"overlap: previous run {previous.id} is still {previous.status}"
+    chain = _chain(job, occurrence, plan, now, scheduler_id, skip_reason)
+    cancel = previous.id if active and policy == OverlapPolicy.REPLACE and previous else None
+    return JobPlan(dispatches=chain, cancel=cancel, misfire=plan.misfire)
+
+
+def _chain(
+    job: Job,
+    occurrence: datetime,
+    plan: DuePlan,
+    now: datetime,
+    scheduler_id: str,
+    skip_reason: str | None,
+) -> list[Dispatch]:
+    chain: list[Dispatch] = []
+    expected = occurrence
+    steps: list[tuple[datetime, Execution]] = []
+    if plan.misfire is not None:
+        m = plan.misfire
+        assert m.first_missed is not None
+        missed = Missed(count=m.missed, first=m.first_missed, last=m.last_missed, policy=m.policy)
+        steps.append(
+            (m.first_missed, _skipped(job, m.first_missed, now, scheduler_id, "misfire", missed))
+        )
+    grace = timedelta(seconds=job.misfire_grace_seconds)
+    for run_at in plan.runs:
+        if skip_reason is not None:
+            ex = _skipped(job, run_at, now, scheduler_id, skip_reason, None)
+        else:
+            trigger = RunTrigger.CATCH_UP if now - run_at > grace else RunTrigger.SCHEDULE
+            ex = _queued(job, run_at, now, scheduler_id, trigger)
+        steps.append((run_at, ex))
+    targets = [t for t, _ in steps[1:]] + [plan.next_run_at]
+    for (_, ex), target in zip(steps, targets, strict=True):
+        chain.append(Dispatch(ex, expected_next_run_at=expected, next_run_at=target))
+        if target is not None:
+            expected = target
+    return chain
+
+
+def _queued(
+    job: Job, scheduled_for: datetime, now: datetime, scheduler_id: str, trigger: RunTrigger
+) -> Execution:
+    return Execution(
+        id=execution_id(job.id, scheduled_for),
+        job_id=job.id,
+        owner=job.owner,
+        task_id=job.task_id,
+        queue=job.queue,
+        partition=job.partition,
+        status=ExecutionStatus.QUEUED,
+        max_attempts=job.max_attempts,
+        scheduled_for=scheduled_for,
+        created_at=now,
+        updated_at=now,
+        dispatched_by=scheduler_id,
+        trigger=trigger,
+        jitter_ms=jitter_ms(job.id, scheduled_for, schedule_jitter(job.schedule)),
+    )
+
+
+def _skipped(
+    job: Job,
+    scheduled_for: datetime,
+    now: datetime,
+    scheduler_id: str,
+    reason: str,
+    missed: Missed | None,
+) -> Execution:
+    return Execution(
+        id=execution_id(job.id, scheduled_for),
+        job_id=job.id,
+        owner=job.owner,
+        task_id=job.task_id,
+        queue=job.queue,
+        partition=job.partition,
+        status=ExecutionStatus.SKIPPED,
+        state_rank=TERMINAL_RANK,
+        max_attempts=job.max_attempts,
+        scheduled_for=scheduled_for,
+        created_at=now,
+        updated_at=now,
+        finished_at=now,
+        dispatched_by=scheduler_id,
+        skip_reason=reason,
+        missed=missed,
+    )
