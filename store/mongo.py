@@ -1,0 +1,739 @@
+"""MongoDB store on PyMongo's async API (``pymongo.AsyncMongoClient``).
+
+Selected by ``JOBSCHED_STORE_URL=mongodb://…`` (or ``mongodb+srv://…``); the database is the URL's
+path, ``jobsched`` when it has none. Motor reached its end of life in May 2026; PyMongo's native
+async API is its official successor, so this adapter uses it directly.
+
+Two collections, one document per job and one per run (execution), with the msgspec schema's
+camelCase field names and BSON dates (UTC, milliseconds). :func:`to_document` and
+:func:`from_document` are the one place that maps ``id`` ↔ ``_id`` and converts documents. A field
+whose value is null is absent from the stored document: that keeps ``$min`` ("keep the first
+``startedAt``") correct, since BSON orders null below every date.
+
+Durability and correctness without multi-document transactions:
+
+- Every write is acknowledged by a majority of the replica set and journaled
+  (``WriteConcern(w="majority", j=True)``); retryable writes and reads are on.
+- The scheduler's advance of a job is a compare-and-set on ``nextRunAt``; execution transitions
+  are conditional on ``stateRank`` so a late or duplicate event never moves a run backwards; the
+  job summary is conditional on the run it follows (``lastRunScheduledFor``,
+  ``lastRunStateRank``) and on ``nextRunAt`` (which decides its status).
+- :meth:`MongoStore.dispatch` inserts the executions first (a duplicate key means it existed),
+  then compare-and-sets the jobs, so a crash in between leaves a QUEUED record rather than a lost
+  run; an execution it created for a job it could not advance is deleted again.
+- Driver errors never leave this module: connection loss, timeouts, elections and write-concern
+  failures become :class:`core.errors.StoreUnavailable` (retried by the actors, 503 at the
+  gateway); a duplicate job id becomes :class:`core.errors.Conflict`.
+
+Every query this module sends is served by an index of :data:`INDEXES` (or ``_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import msgspec
+from bson.codec_options import CodecOptions
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
+from pymongo.write_concern import WriteConcern
+
+from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
+from core.model import (
+    TERMINAL_EXECUTION_STATUSES,
+    TERMINAL_RANK,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    Model,
+    Page,
+    StatusEvent,
+)
+from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.timeutil import from_epoch_ms, to_epoch_ms
+from store.cursor import decode_cursor, encode_cursor
+from store.dispatching import advanced
+
+log = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+M = TypeVar("M", bound=Model)
+
+DEFAULT_DATABASE = "jobsched"
+JOBS = "jobs"
+EXECUTIONS = "executions"
+ID = "_id"
+
+DURABLE = WriteConcern(w="majority", j=True)
+"""Every write: acknowledged by a majority of the replica set, after it reached the journal."""
+
+CODEC_OPTIONS: CodecOptions[Document] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
+"""BSON dates come back as aware UTC datetimes."""
+
+DUPLICATE_KEY_CODES = frozenset({11000, 11001, 12582})
+RUN_STATUSES = (ExecutionStatus.RUNNING.value, ExecutionStatus.RETRYING.value)
+
+# Bookkeeping fields of a job document that are not part of the Job schema: the scheduled time
+# and state rank of the run the job's summary (status, lastRun*) follows.
+LAST_RUN_SCHEDULED_FOR = "lastRunScheduledFor"
+LAST_RUN_STATE_RANK = "lastRunStateRank"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSpec:
+    """One declared index.
+
+    Attributes:
+        collection: ``jobs`` or ``executions``.
+        name: the index name on the server.
+        keys: (field, direction) pairs, 1 ascending, -1 descending.
+        serves: the query it exists for.
+        partial: ``partialFilterExpression``; queries repeat it verbatim so the planner can use it.
+        unique: a unique index.
+    """
+
+    collection: str
+    name: str
+    keys: tuple[tuple[str, int], ...]
+    serves: str
+    partial: Mapping[str, Any] | None = None
+    unique: bool = False
+
+    def model(self) -> IndexModel:
+        options: dict[str, Any] = {"name": self.name}
+        if self.partial is not None:
+            options["partialFilterExpression"] = dict(self.partial)
+        if self.unique:
+            options["unique"] = True
+        return IndexModel(list(self.keys), **options)
+
+
+DUE = {"nextRunAt": {"$type": "date"}}
+"""Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
+UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
+"""Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
+A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
+filters needs MongoDB 6.0)."""
+
+INDEXES: tuple[IndexSpec, ...] = (
+    IndexSpec(
+        JOBS,
+        "jobs_due",
+        (("partition", ASCENDING), ("nextRunAt", ASCENDING)),
+        "due_jobs: a scheduler's partitions, next run time <= until, earliest first",
+        partial=DUE,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_created",
+        (("owner", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs without a status filter: newest first, keyset cursor (createdAt, _id)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_status_created",
+        (("owner", ASCENDING), ("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?status=…",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_last_run_status_created",
+        (
+            ("owner", ASCENDING),
+            ("lastRunStatus", ASCENDING),
+            ("createdAt", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_jobs?lastRunStatus=…",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_job_scheduled",
+        (("jobId", ASCENDING), ("scheduledFor", DESCENDING), (ID, DESCENDING)),
+        "list_executions: a job's runs, newest scheduled time first, keyset cursor",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_owner_status_scheduled",
+        (("owner", ASCENDING), ("status", ASCENDING), ("scheduledFor", DESCENDING)),
+        "dashboards of one user: runs by status and scheduled time",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_status_scheduled",
+        (("status", ASCENDING), ("scheduledFor", DESCENDING)),
+        "dashboards of all users: runs by status and scheduled time, running jobs",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_open",
+        (("partition", ASCENDING), ("updatedAt", ASCENDING)),
+        "stale_executions: unfinished runs of a scheduler's partitions, oldest transition first",
+        partial=UNFINISHED,
+    ),
+)
+"""Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;
+execution id ``<jobId>:<scheduledFor>``, so a duplicate dispatch cannot create a second record)."""
+
+
+# --- documents: the one place that maps id <-> _id ----------------------------------------------
+
+
+def to_document(obj: Model) -> Document:
+    """The stored document of a job or an execution: camelCase fields, ``_id``, BSON dates.
+
+    Null fields are left out (absent means null).
+    """
+    fields = msgspec.to_builtins(obj, builtin_types=(datetime,))
+    doc: Document = {ID: fields.pop("id")}
+    doc.update((k, v) for k, v in fields.items() if v is not None)
+    return doc
+
+
+def from_document(doc: Mapping[str, Any], kind: type[M]) -> M:
+    """The struct stored as ``doc`` (unknown fields are ignored, absent ones take defaults)."""
+    fields = {k: v for k, v in doc.items() if k != ID}
+    fields["id"] = doc[ID]
+    return msgspec.convert(fields, kind)
+
+
+def set_or_unset(fields: Mapping[str, Any]) -> Document:
+    """An update that sets the non-null ``fields`` and removes the null ones."""
+    update: Document = {}
+    values = {k: v for k, v in fields.items() if v is not None}
+    nulls = {k: "" for k, v in fields.items() if v is None}
+    if values:
+        update["$set"] = values
+    if nulls:
+        update["$unset"] = nulls
+    return update
+
+
+def database_name(url: str) -> str:
+    """The database named by a ``mongodb://host/<name>?…`` URL, ``jobsched`` when it has none."""
+    return unquote(urlsplit(url).path.lstrip("/")) or DEFAULT_DATABASE
+
+
+# --- queries (pure: tests check that every one is served by an index) ---------------------------
+
+
+def jobs_query(owner: str, query: JobQuery, cursor: str | None) -> Document:
+    """The filter of ``list_jobs``; sort with :data:`NEWEST_JOBS_FIRST`."""
+    where: Document = {"owner": owner}
+    if query.status is not None:
+        where["status"] = query.status.value
+    if query.last_run_status is not None:
+        where["lastRunStatus"] = query.last_run_status.value
+    created: Document = {}
+    if query.created_from is not None:
+        created["$gte"] = query.created_from
+    if query.created_to is not None:
+        created["$lt"] = query.created_to
+    if cursor is not None:
+        created_ms, last_id = decode_cursor(cursor)
+        after = from_epoch_ms(created_ms)
+        created["$lte"] = after
+        where["$or"] = [{"createdAt": {"$lt": after}}, {ID: {"$lt": last_id}}]
+    if created:
+        where["createdAt"] = created
+    return where
+
+
+NEWEST_JOBS_FIRST = [("createdAt", DESCENDING), (ID, DESCENDING)]
+NEWEST_RUNS_FIRST = [("scheduledFor", DESCENDING), (ID, DESCENDING)]
+
+
+def executions_query(job_id: str, cursor: str | None) -> Document:
+    """The filter of ``list_executions``; sort with :data:`NEWEST_RUNS_FIRST`."""
+    where: Document = {"jobId": job_id}
+    if cursor is not None:
+        sf_ms, last_id = decode_cursor(cursor)
+        after = from_epoch_ms(sf_ms)
+        where["scheduledFor"] = {"$lte": after}
+        where["$or"] = [{"scheduledFor": {"$lt": after}}, {ID: {"$lt": last_id}}]
+    return where
+
+
+def due_query(partitions: Sequence[int], until: datetime) -> Document:
+    """The filter of ``due_jobs`` (it repeats the partial filter of ``jobs_due``)."""
+    return {
+        "partition": {"$in": list(partitions)},
+        "nextRunAt": {**DUE["nextRunAt"], "$lte": until},
+    }
+
+
+def stale_query(partitions: Sequence[int], updated_before: datetime) -> Document:
+    """The filter of ``stale_executions`` (it repeats the partial filter of ``executions_open``)."""
+    return {
+        **UNFINISHED,
+        "partition": {"$in": list(partitions)},
+        "updatedAt": {"$lt": updated_before},
+    }
+
+
+def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
+    """The compare-and-set of one dispatch: only if ``nextRunAt`` is still the expected one."""
+    update = set_or_unset(
+        {
+            "nextRunAt": d.next_run_at,
+            "lastScheduledFor": d.execution.scheduled_for,
+            "updatedAt": now,
+        }
+    )
+    update["$inc"] = {"runCount": 1}
+    return UpdateOne({ID: d.execution.job_id, "nextRunAt": d.expected_next_run_at}, update)
+
+
+def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
+    """The conditional upsert of one event into its execution: applied only if it moves the run
+    forward (``stateRank`` below the event's rank). Same rules as the SQLite store: the first
+    ``publishedAt`` / ``startedAt`` stay, ``workerId`` and ``error`` keep their last known value,
+    SUCCEEDED clears ``error``."""
+    set_: Document = {
+        "status": ev.status.value,
+        "stateRank": ev.rank,
+        "attempt": ev.attempt,
+        "updatedAt": ev.at,
+    }
+    unset: Document = {}
+    for name, value in (
+        ("finishedAt", ev.finished_at),
+        ("nextAttemptAt", ev.next_attempt_at),
+        ("result", ev.result),
+    ):
+        if value is None:
+            unset[name] = ""
+        else:
+            set_[name] = value
+    if ev.worker_id is not None:
+        set_["workerId"] = ev.worker_id
+    if ev.status == ExecutionStatus.SUCCEEDED:
+        unset["error"] = ""
+    elif ev.error is not None:
+        set_["error"] = ev.error
+    first = {
+        k: v
+        for k, v in (("publishedAt", ev.published_at), ("startedAt", ev.started_at))
+        if v is not None
+    }
+    on_insert = {
+        "jobId": ev.job_id,
+        "owner": ev.owner,
+        "partition": ev.partition,
+        "taskId": ev.task_id,
+        "queue": ev.queue,
+        "maxAttempts": ev.max_attempts,
+        "scheduledFor": ev.scheduled_for,
+        "createdAt": ev.at,
+    }
+    update: Document = {"$set": set_, "$setOnInsert": on_insert}
+    if unset:
+        update["$unset"] = unset
+    if first:
+        update["$min"] = first
+    return UpdateOne({ID: ev.execution_id, "stateRank": {"$lt": ev.rank}}, update, upsert=upsert)
+
+
+def summary_ops(ev: StatusEvent, *, first_started_at: datetime | None = None) -> list[UpdateOne]:
+    """The job-summary update of one (non-QUEUED) event whose rank and status are the
+    execution's now; ``first_started_at`` is the run's first start (``lastRunAt``).
+
+    Applied only if the job's summary does not already follow a later run, or a later state of
+    this run (equal is re-applied: idempotent). The job's status is RUNNING while a run is in
+    progress; after a terminal event it is that status if the job has no next run, else
+    SCHEDULED — two updates with exclusive filters on ``nextRunAt`` instead of a read.
+    """
+    sf = ev.scheduled_for
+    where: Document = {
+        ID: ev.job_id,
+        "$or": [
+            {LAST_RUN_SCHEDULED_FOR: None},
+            {LAST_RUN_SCHEDULED_FOR: {"$lt": sf}},
+            {LAST_RUN_SCHEDULED_FOR: sf, LAST_RUN_STATE_RANK: {"$lte": ev.rank}},
+        ],
+    }
+    fields: Document = {
+        "lastExecutionId": ev.execution_id,
+        LAST_RUN_SCHEDULED_FOR: sf,
+        LAST_RUN_STATE_RANK: ev.rank,
+        "updatedAt": ev.at,
+    }
+    unset: Document = {}
+    started = first_started_at or ev.started_at
+    if started is not None:
+        fields["lastRunAt"] = started
+    if ev.status in TERMINAL_EXECUTION_STATUSES:
+        fields["lastRunStatus"] = ev.status.value
+    if ev.status == ExecutionStatus.SUCCEEDED:
+        unset["lastError"] = ""
+    elif ev.error is not None:
+        fields["lastError"] = ev.error
+
+    def op(extra: Document, status: str) -> UpdateOne:
+        update: Document = {"$set": {**fields, "status": status}}
+        if unset:
+            update["$unset"] = unset
+        return UpdateOne({**where, **extra}, update)
+
+    if ev.status.value in RUN_STATUSES:
+        return [op({}, JobStatus.RUNNING.value)]
+    return [
+        op({"nextRunAt": None}, ev.status.value),
+        op({"nextRunAt": {"$ne": None}}, JobStatus.SCHEDULED.value),
+    ]
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+
+class MongoStore:
+    """:class:`core.ports.JobStore` on a MongoDB replica set (MongoDB 6.0 or later).
+
+    A replica set is required (a one-member one will do): majority write concern and retryable
+    writes need one. The constructor does no I/O; :meth:`open` connects and creates the indexes.
+
+    Args:
+        url: ``mongodb://…`` or ``mongodb+srv://…``; its path names the database (default
+            ``jobsched``). Options in the URL win over the defaults below.
+        timeout_s: server selection and connect timeout (seconds): how long a call waits for a
+            reachable primary before it fails with :class:`StoreUnavailable`, so a gateway answers
+            503 quickly.
+        operation_timeout_s: how long one round trip may take, majority acknowledgement included,
+            before the connection is dropped and the call fails with :class:`StoreUnavailable`
+            (``socketTimeoutMS``; not PyMongo's ``timeoutMS``, which would also stretch server
+            selection to this long).
+        client: an existing client to use instead of creating one (tests pass an in-process
+            fake). The store does not close a client it did not create.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 5.0,
+        operation_timeout_s: float = 30.0,
+        client: AsyncMongoClient[Document] | None = None,
+    ) -> None:
+        self.url = url
+        self.database_name = database_name(url)
+        self._timeout_ms = int(timeout_s * 1000)
+        self._operation_timeout_ms = int(operation_timeout_s * 1000)
+        self._given_client = client
+        self._client: AsyncMongoClient[Document] | None = None
+        self._db: AsyncDatabase[Document] | None = None
+
+    def _client_options(self) -> dict[str, Any]:
+        in_url = {k.lower() for k, _ in parse_qsl(urlsplit(self.url).query)}
+        defaults: dict[str, Any] = {
+            "serverSelectionTimeoutMS": self._timeout_ms,
+            "connectTimeoutMS": self._timeout_ms,
+            "socketTimeoutMS": self._operation_timeout_ms,
+            "retryWrites": True,
+            "retryReads": True,
+            "appname": "jobsched",
+        }
+        options = {k: v for k, v in defaults.items() if k.lower() not in in_url}
+        options.update(document_class=dict, tz_aware=True, tzinfo=UTC)
+        return options
+
+    async def open(self) -> None:
+        if self._db is not None:
+            return
+        client = self._given_client
+        if client is None:
+            try:
+                client = AsyncMongoClient(self.url, **self._client_options())
+            except ConfigurationError as e:
+                raise ConfigError(f"JOBSCHED_STORE_URL: {e}") from None
+        db = client.get_database(
+            self.database_name, codec_options=CODEC_OPTIONS, write_concern=DURABLE
+        )
+        try:
+            with _translated("create indexes"):
+                for name in (JOBS, EXECUTIONS):
+                    specs = [i.model() for i in INDEXES if i.collection == name]
+                    await db[name].create_indexes(specs)
+        except BaseException:
+            if client is not self._given_client:
+                await client.close()
+            raise
+        self._client, self._db = client, db
+
+    async def close(self) -> None:
+        client, self._client, self._db = self._client, None, None
+        if client is not None and client is not self._given_client:
+            await client.close()
+
+    @property
+    def database(self) -> AsyncDatabase[Document]:
+        """The open database (for dashboards and tests).
+
+        Raises:
+            StoreUnavailable: the store is not open.
+        """
+        if self._db is None:
+            raise StoreUnavailable("the store is not open")
+        return self._db
+
+    @property
+    def _jobs(self) -> AsyncCollection[Document]:
+        return self.database[JOBS]
+
+    @property
+    def _executions(self) -> AsyncCollection[Document]:
+        return self.database[EXECUTIONS]
+
+    async def ping(self) -> None:
+        with _translated("ping"):
+            await self.database.command("ping")
+
+    async def create_job(self, job: Job) -> Job:
+        try:
+            with _translated("create job", passing=(DuplicateKeyError,)):
+                await self._jobs.insert_one(to_document(job))
+        except DuplicateKeyError:
+            raise Conflict(f"job {job.id} exists") from None
+        return job
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        with _translated("get job"):
+            doc = await self._jobs.find_one({ID: job_id, "owner": owner})
+        if doc is None:
+            raise JobNotFound(f"job {job_id} not found")
+        return from_document(doc, Job)
+
+    async def list_jobs(
+        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+    ) -> Page[Job]:
+        where = jobs_query(owner, query, cursor)
+        with _translated("list jobs"):
+            docs = await self._jobs.find(where).sort(NEWEST_JOBS_FIRST).limit(limit + 1).to_list()
+        items = [from_document(d, Job) for d in docs[:limit]]
+        more = len(docs) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].created_at), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
+
+    async def list_executions(
+        self, owner: str, job_id: str, *, limit: int, cursor: str | None
+    ) -> Page[Execution]:
+        await self.get_job(owner, job_id)
+        where = executions_query(job_id, cursor)
+        with _translated("list executions"):
+            docs = (
+                await self._executions.find(where)
+                .sort(NEWEST_RUNS_FIRST)
+                .limit(limit + 1)
+                .to_list()
+            )
+        items = [from_document(d, Execution) for d in docs[:limit]]
+        more = len(docs) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].scheduled_for), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        with _translated("get execution"):
+            doc = await self._executions.find_one({ID: execution_id})
+        return None if doc is None else from_document(doc, Execution)
+
+    async def get_jobs(self, job_ids: Collection[str]) -> list[Job]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        with _translated("get jobs"):
+            docs = await self._jobs.find({ID: {"$in": ids}}).to_list()
+        return [from_document(d, Job) for d in docs]
+
+    async def due_jobs(
+        self, partitions: Collection[int], until: datetime, *, limit: int
+    ) -> list[Job]:
+        parts = sorted(partitions)
+        if not parts or limit < 1:
+            return []
+        with _translated("due jobs"):
+            docs = (
+                await self._jobs.find(due_query(parts, until))
+                .sort([("nextRunAt", ASCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return [from_document(d, Job) for d in docs]
+
+    async def stale_executions(
+        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+    ) -> list[Execution]:
+        parts = sorted(partitions)
+        if not parts or limit < 1:
+            return []
+        with _translated("stale executions"):
+            docs = (
+                await self._executions.find(stale_query(parts, updated_before))
+                .sort([("updatedAt", ASCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return [from_document(d, Execution) for d in docs]
+
+    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+        """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:
+
+        1. insert every execution (unordered; a duplicate key means it existed: not created);
+        2. compare-and-set every job, in order, in one bulk write;
+        3. read the jobs back: a run is ``advanced`` when its job now points past it
+           (``lastScheduledFor`` = its scheduled time and ``nextRunAt`` = the Dispatch's
+           ``next_run_at``), by this call or by a twin — the SQLite store's rule;
+        4. delete the executions this call created for runs that were not advanced, while they
+           are still QUEUED, so no orphan run remains.
+
+        A failure between 1 and 2 leaves a QUEUED execution whose job was not advanced; the
+        scheduler's retry of the same dispatch finds it (created=False) and advances the job.
+        """
+        if not runs:
+            return []
+        inserted = await self._insert_executions([d.execution for d in runs])
+        now = runs[0].execution.created_at
+        with _translated("advance jobs"):
+            await self._jobs.bulk_write([advance_op(d, now) for d in runs], ordered=True)
+        advanced = await self._advanced(runs)
+        orphans = [
+            d.execution.id
+            for d, ok, new in zip(runs, advanced, inserted, strict=True)
+            if new and not ok
+        ]
+        kept = await self._delete_queued(orphans)
+        return [
+            DispatchOutcome(created=new and (ok or d.execution.id in kept), advanced=ok)
+            for d, ok, new in zip(runs, advanced, inserted, strict=True)
+        ]
+
+    async def _insert_executions(self, executions: Sequence[Execution]) -> list[bool]:
+        """Insert ``executions``; for each, whether this call inserted it."""
+        try:
+            with _translated("insert executions", passing=(BulkWriteError,)):
+                await self._executions.insert_many(
+                    [to_document(e) for e in executions], ordered=False
+                )
+        except BulkWriteError as e:
+            existed = _duplicate_indexes(e)
+            return [i not in existed for i in range(len(executions))]
+        return [True] * len(executions)
+
+    async def _advanced(self, runs: Sequence[Dispatch]) -> list[bool]:
+        """Which runs advanced their job (see :func:`store.dispatching.advanced`)."""
+        ids = list(dict.fromkeys(d.execution.job_id for d in runs))
+        with _translated("read back jobs"):
+            docs = await self._jobs.find(
+                {ID: {"$in": ids}}, {"lastScheduledFor": 1, "nextRunAt": 1}
+            ).to_list()
+        return advanced(
+            runs, {d[ID]: (d.get("lastScheduledFor"), d.get("nextRunAt")) for d in docs}
+        )
+
+    async def _delete_queued(self, execution_ids: list[str]) -> set[str]:
+        """Delete those of ``execution_ids`` that are still QUEUED; return the ones kept."""
+        if not execution_ids:
+            return set()
+        with _translated("delete orphan executions"):
+            result = await self._executions.delete_many(
+                {ID: {"$in": execution_ids}, "status": ExecutionStatus.QUEUED.value}
+            )
+            if result.deleted_count == len(execution_ids):
+                return set()
+            kept = await self._executions.find({ID: {"$in": execution_ids}}, {ID: 1}).to_list()
+        ids = {d[ID] for d in kept}
+        log.warning("dispatch: kept %d execution(s) that moved on meanwhile: %s", len(ids), ids)
+        return ids
+
+    async def apply_events(self, events: Sequence[StatusEvent]) -> int:
+        """See :meth:`core.ports.JobStore.apply_events`. Without a transaction:
+
+        1. one unordered bulk of conditional upserts (``stateRank < rank``); a duplicate key on
+           upsert means the execution exists with a rank >= the event's, unless a concurrent
+           upsert created it a moment ago: those are retried once without upsert;
+        2. read back the executions: the summary of an event applies only if its rank and status
+           are the execution's now (moved forward now, or a redelivery of the current state —
+           re-applied, idempotent), as the SQLite store's ``EXISTS (… state_rank = :rank AND
+           status = :status)``; ``lastRunAt`` is the run's first start;
+        3. one ordered bulk of conditional job-summary updates (:func:`summary_ops`).
+
+        Returns how many events moved an execution forward.
+        """
+        if not events:
+            return 0
+        changed, retry = await self._transitions(list(events), upsert=True)
+        if retry:
+            again, _ = await self._transitions([events[i] for i in retry], upsert=False)
+            changed += again
+        summaries = [ev for ev in events if ev.status != ExecutionStatus.QUEUED]
+        if not summaries:
+            return changed
+        with _translated("read back executions"):
+            ids = list(dict.fromkeys(ev.execution_id for ev in summaries))
+            docs = await self._executions.find(
+                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1}
+            ).to_list()
+            now = {d[ID]: d for d in docs}
+            ops = [
+                op
+                for ev in summaries
+                if (run := now.get(ev.execution_id)) is not None
+                and (run.get("stateRank"), run.get("status")) == (ev.rank, ev.status.value)
+                for op in summary_ops(ev, first_started_at=run.get("startedAt"))
+            ]
+            if ops:
+                await self._jobs.bulk_write(ops, ordered=True)
+        return changed
+
+    async def _transitions(
+        self, events: Sequence[StatusEvent], *, upsert: bool
+    ) -> tuple[int, list[int]]:
+        """Apply ``events`` to their executions; return (moved forward, indexes to retry)."""
+        ops = [transition_op(ev, upsert=upsert) for ev in events]
+        try:
+            with _translated("record transitions", passing=(BulkWriteError,)):
+                result = await self._executions.bulk_write(ops, ordered=False)
+        except BulkWriteError as e:
+            duplicates = _duplicate_indexes(e)
+            return e.details.get("nModified", 0) + e.details.get("nUpserted", 0), sorted(duplicates)
+        return result.modified_count + result.upserted_count, []
+
+
+def _duplicate_indexes(error: BulkWriteError) -> set[int]:
+    """The operations of a bulk write that failed on a duplicate key.
+
+    Raises:
+        StoreUnavailable: the bulk also failed otherwise (a write-concern error: durability of
+            its writes is unknown; or any other write error).
+    """
+    details = error.details
+    others = [e for e in details.get("writeErrors", []) if e.get("code") not in DUPLICATE_KEY_CODES]
+    if details.get("writeConcernErrors") or others:
+        log.warning("mongodb bulk write failed: %s", details)
+        raise StoreUnavailable("the store could not confirm a write; retry") from error
+    return {e["index"] for e in details.get("writeErrors", [])}
+
+
+@contextmanager
+def _translated(action: str, *, passing: tuple[type[PyMongoError], ...] = ()) -> Iterator[None]:
+    """Turn driver errors into :class:`StoreUnavailable`.
+
+    Errors of the ``passing`` types go through untouched: the caller decides what a duplicate key
+    means, and must not let them escape either.
+    """
+    try:
+        yield
+    except passing:
+        raise
+    except PyMongoError as e:
+        log.warning("mongodb: %s failed: %s: %s", action, type(e).__name__, e)
+        raise StoreUnavailable(
+            f"the store cannot be used right now ({action}: {type(e).__name__})"
+        ) from e

@@ -1,0 +1,986 @@
+"""MongoDB-specific behaviour of ``store.mongo.MongoStore``, on the in-process fake.
+
+What these tests prove: the stored documents' shape (camelCase, ``_id``, BSON dates, nested
+schedules), the declared indexes and that every query the store sends has the shape of one of
+them, the translation of driver errors, that dispatch without transactions leaves no orphan and
+loses no run, the conditional status transitions and job summaries, and — by running the same
+random operations on this store and on the SQLite reference store — that both give the same
+answers.
+
+What the fake CANNOT prove (a real MongoDB replica set is needed; set
+``JOBSCHED_TEST_MONGODB_URL`` to run the real-server tests here and the contract suite on it):
+write concerns and journaling (only that the store asks for majority/journaled writes), index use
+by the query planner (no collection scans is checked by comparing filters and sorts with the index
+keys, not with ``explain``), transactions and atomicity across documents, real concurrency and
+retryable writes, which server versions support the operators used, and failover (errors are
+injected, never produced by an election).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+import pytest
+from pymongo import AsyncMongoClient
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    NetworkTimeout,
+    NotPrimaryError,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+)
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
+
+from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.ids import execution_id
+from core.model import (
+    CronSchedule,
+    Execution,
+    ExecutionStatus,
+    ImmediateSchedule,
+    IntervalSchedule,
+    Job,
+    JobStatus,
+    OnceSchedule,
+    StatusEvent,
+)
+from core.ports import Dispatch, DispatchOutcome, JobQuery
+from store.mongo import (
+    EXECUTIONS,
+    ID,
+    INDEXES,
+    JOBS,
+    MongoStore,
+    database_name,
+    from_document,
+    to_document,
+)
+from store.mongo_queries import (
+    failures_per_task_per_day,
+    running_jobs,
+    runs_by_status_per_hour,
+    scheduling_delay_per_hour,
+)
+from store.sqlite import SqliteStore
+from tests.store.backends import MONGODB_URL_ENV, real_mongo_store
+from tests.store.mongo_fake import FakeAsyncCollection, FakeAsyncMongoClient, Query
+
+T0 = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+MIN = timedelta(minutes=1)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+@pytest.fixture
+def fake() -> FakeAsyncMongoClient:
+    return FakeAsyncMongoClient()
+
+
+@pytest.fixture
+async def store(fake: FakeAsyncMongoClient) -> AsyncIterator[MongoStore]:
+    s = MongoStore("mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake))
+    await s.open()
+    yield s
+    await s.close()
+
+
+def job(
+    job_id: str = "j1",
+    *,
+    owner: str = "alice",
+    schedule: Any = None,
+    next_run_at: datetime | None = T0,
+    created_at: datetime = T0,
+    partition: int = 1,
+) -> Job:
+    return Job(
+        id=job_id,
+        owner=owner,
+        task_id="generate_report",
+        schedule=schedule or IntervalSchedule(every_seconds=60.0),
+        parameters={"reportType": "sales", "region": "ACME-42"},
+        partition=partition,
+        created_at=created_at,
+        updated_at=created_at,
+        next_run_at=next_run_at,
+    )
+
+
+def run_of(j: Job, scheduled_for: datetime, *, now: datetime | None = None) -> Execution:
+    now = now or scheduled_for
+    return Execution(
+        id=execution_id(j.id, scheduled_for),
+        job_id=j.id,
+        owner=j.owner,
+        task_id=j.task_id,
+        partition=j.partition,
+        max_attempts=j.max_attempts,
+        scheduled_for=scheduled_for,
+        created_at=now,
+        updated_at=now,
+        dispatched_by="scheduler-1",
+    )
+
+
+def dispatch_of(
+    j: Job, scheduled_for: datetime, expected: datetime, nxt: datetime | None
+) -> Dispatch:
+    return Dispatch(run_of(j, scheduled_for), expected_next_run_at=expected, next_run_at=nxt)
+
+
+def event(
+    ex: Execution,
+    status: ExecutionStatus,
+    attempt: int = 1,
+    *,
+    when: datetime | None = None,
+    error: str | None = None,
+    result: Any = None,
+) -> StatusEvent:
+    when = when or ex.scheduled_for + timedelta(seconds=attempt)
+    terminal = status in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED)
+    return StatusEvent(
+        execution_id=ex.id,
+        job_id=ex.job_id,
+        owner=ex.owner,
+        partition=ex.partition,
+        task_id=ex.task_id,
+        status=status,
+        attempt=attempt,
+        at=when,
+        scheduled_for=ex.scheduled_for,
+        published_at=ex.scheduled_for,
+        started_at=None if status == ExecutionStatus.QUEUED else ex.scheduled_for + 2 * MIN / 60,
+        finished_at=when if terminal else None,
+        worker_id="w1",
+        error=error,
+        result=result,
+    )
+
+
+async def raw(store: MongoStore, collection: str, doc_id: str) -> dict[str, Any]:
+    doc = await store.database[collection].find_one({ID: doc_id})
+    assert doc is not None, doc_id
+    return doc
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+
+async def test_documents_are_camel_case_with_id_and_bson_dates(store: MongoStore) -> None:
+    once = job("once-1", schedule=OnceSchedule(execute_at=at(5)), next_run_at=at(5))
+    cron = job("cron-1", schedule=CronSchedule(expression="0 8 * * 1-5", timezone="Europe/Berlin"))
+    await store.create_job(once)
+    await store.create_job(cron)
+    d = dispatch_of(cron, T0, T0, at(60 * 24))
+    assert await store.dispatch([d]) == [DispatchOutcome(created=True, advanced=True)]
+    await store.apply_events([event(d.execution, ExecutionStatus.RUNNING)])
+
+    doc = await raw(store, JOBS, "once-1")
+    assert set(doc) == {"_id"} | {
+        f.encode_name
+        for f in msgspec.structs.fields(Job)
+        if f.name != "id" and getattr(once, f.name) is not None
+    }
+    assert {"taskId", "nextRunAt", "createdAt", "maxAttempts", "timeoutSeconds"} <= set(doc)
+    assert doc["schedule"] == {"type": "once", "executeAt": at(5)}
+    assert doc["parameters"] == {"reportType": "sales", "region": "ACME-42"}
+    for name in ("createdAt", "updatedAt", "nextRunAt"):
+        value = doc[name]
+        assert isinstance(value, datetime) and value.tzinfo is not None
+        assert value.utcoffset() == timedelta(0) and value.microsecond % 1000 == 0
+
+    doc = await raw(store, JOBS, "cron-1")
+    assert doc["schedule"] == to_document(cron)["schedule"]  # nested, with its type tag
+    assert doc["schedule"]["type"] == "cron" and doc["schedule"]["timezone"] == "Europe/Berlin"
+    assert doc["status"] == "RUNNING" and doc["lastExecutionId"] == d.execution.id
+    assert doc["lastScheduledFor"] == T0 and doc["runCount"] == 1
+    assert isinstance(doc["lastRunAt"], datetime)
+
+    ex = await raw(store, EXECUTIONS, d.execution.id)
+    assert ex["_id"] == "cron-1:2026-06-01T08:00:00.000Z"
+    assert {"jobId", "taskId", "scheduledFor", "stateRank", "startedAt", "publishedAt", "workerId",
+            "maxAttempts", "dispatchedBy", "updatedAt", "createdAt"} <= set(ex)  # fmt: skip
+    assert ex["status"] == "RUNNING" and ex["stateRank"] == 2
+    assert isinstance(ex["scheduledFor"], datetime) and isinstance(ex["startedAt"], datetime)
+    for d_ in (await raw(store, JOBS, "cron-1"), ex):
+        assert "id" not in d_
+        assert all("_" not in k for k in d_ if k != "_id"), sorted(d_)
+        assert None not in d_.values()  # absent means null
+
+
+def test_document_mapping_round_trips() -> None:
+    j = job(schedule=OnceSchedule(execute_at=at(3)), next_run_at=None)
+    assert from_document(to_document(j), Job) == j
+    ex = Execution(**{**_fields(run_of(j, T0)), "result": {"rows": [1, 2.5, "x"]}, "error": "e"})
+    assert from_document(to_document(ex), Execution) == ex
+    assert from_document({**to_document(j), "futureField": 1}, Job) == j  # rolling upgrades
+
+
+def _fields(ex: Execution) -> dict[str, Any]:
+    return {f: getattr(ex, f) for f in ex.__struct_fields__}
+
+
+def test_database_name_comes_from_the_url_path() -> None:
+    assert database_name("mongodb://db.example:27017/prod?replicaSet=rs0") == "prod"
+    assert database_name("mongodb://a:1,b:2,c:3/?replicaSet=rs0") == "jobsched"
+    assert database_name("mongodb+srv://cluster.example") == "jobsched"
+    assert database_name("mongodb://h/my%2Ddb") == "my-db"
+
+
+def test_client_options_durable_fast_failing_and_url_wins() -> None:
+    s = MongoStore("mongodb://h/x", timeout_s=2.5)
+    opts = s._client_options()
+    assert opts["serverSelectionTimeoutMS"] == 2500 and opts["connectTimeoutMS"] == 2500
+    assert opts["retryWrites"] is True and opts["retryReads"] is True
+    assert opts["tz_aware"] is True and opts["tzinfo"] is UTC
+    opts = MongoStore("mongodb://h/x?serverSelectionTimeoutMS=100", timeout_s=2.5)._client_options()
+    assert "serverSelectionTimeoutMS" not in opts
+
+
+async def test_every_write_asks_for_majority_journaled(store: MongoStore) -> None:
+    assert store.database.write_concern == WriteConcern(w="majority", j=True)
+
+
+# --- indexes -----------------------------------------------------------------------------------
+
+
+async def test_declared_indexes_exist(store: MongoStore) -> None:
+    assert len({i.name for i in INDEXES}) == len(INDEXES)
+    for collection in (JOBS, EXECUTIONS):
+        info = await store.database[collection].index_information()
+        declared = {i.name: i for i in INDEXES if i.collection == collection}
+        assert set(info) == {"_id_", *declared}
+        for name, spec in declared.items():
+            assert [tuple(k) for k in info[name]["key"]] == list(spec.keys), name
+            assert info[name].get("partialFilterExpression") == spec.partial, name
+            assert bool(info[name].get("unique")) == spec.unique, name
+    assert INDEXES_BY_NAME["jobs_due"].partial == {"nextRunAt": {"$type": "date"}}
+    assert INDEXES_BY_NAME["executions_open"].partial == {"stateRank": {"$lt": 1_000_000}}
+
+
+async def test_open_is_idempotent(store: MongoStore) -> None:
+    await store.open()
+    await MongoStore("mongodb://fake.invalid/jobsched", client=_client_of(store)).open()
+
+
+def _client_of(store: MongoStore) -> AsyncMongoClient[Any]:
+    assert store._client is not None
+    return store._client
+
+
+INDEXES_BY_NAME = {i.name: i for i in INDEXES}
+RANGE_OPS = {"$lt", "$lte", "$gt", "$gte", "$type", "$ne"}
+DOCUMENTED_RESIDUALS = {
+    # list_jobs?status=…&lastRunStatus=…: served by jobs_owner_status_created, lastRunStatus
+    # filtered on the fetched documents.
+    "lastRunStatus",
+    # scheduling delay: runs that never started are skipped after the index scan.
+    "startedAt",
+}
+
+
+def serving_index(
+    collection: str,
+    filter: Mapping[str, Any],
+    sort: tuple[tuple[str, int], ...] = (),
+    *,
+    residual: frozenset[str] = frozenset(),
+) -> str | None:
+    """The declared index that serves a query without a collection scan, or None.
+
+    Planner-free rule: the equality (and ``$in``) fields are the index's leading keys, then come
+    the sort keys (all in the index's directions or all reversed), range fields are index keys,
+    the fields of an ``$or`` are index keys, and a partial index's filter is repeated verbatim in
+    the query. A point lookup on ``_id`` is served by ``_id_``. Fields in ``residual`` may be
+    filtered after the scan.
+    """
+    id_cond = filter.get(ID)
+    if id_cond is not None and (not isinstance(id_cond, dict) or set(id_cond) <= {"$in", "$eq"}):
+        return "_id_"
+    for spec in INDEXES:
+        if spec.collection != collection:
+            continue
+        keys = [k for k, _ in spec.keys]
+        conditions = {k: v for k, v in filter.items() if k not in ("$or", *residual)}
+        if spec.partial is not None:
+            if any(
+                not isinstance(conditions.get(f), dict)
+                or any(conditions[f].get(op) != v for op, v in cond.items())
+                for f, cond in spec.partial.items()
+            ):
+                continue
+            conditions = {
+                f: {op: v for op, v in c.items() if op not in spec.partial.get(f, {})}
+                if isinstance(c, dict)
+                else c
+                for f, c in conditions.items()
+            }
+            conditions = {f: c for f, c in conditions.items() if c != {}}
+        eq = {f for f, c in conditions.items() if not isinstance(c, dict) or set(c) <= {"$in"}}
+        ranges = {f for f, c in conditions.items() if isinstance(c, dict) and set(c) & RANGE_OPS}
+        if set(keys[: len(eq)]) != eq or not ranges <= set(keys):
+            continue
+        rest = spec.keys[len(eq) :]
+        first_free = rest[0][0] if rest else None
+        if (ranges or sort) and first_free not in ranges and first_free != (sort or [("",)])[0][0]:
+            continue  # the key after the equality prefix neither bounds the scan nor sorts it
+        if sort:
+            if [f for f, _ in rest[: len(sort)]] != [f for f, _ in sort]:
+                continue
+            same = [d == i for (_, d), (_, i) in zip(sort, rest, strict=False)]
+            if not (all(same) or not any(same)):
+                continue
+        or_fields = {f for clause in filter.get("$or", []) for f in clause}
+        if not or_fields <= set(keys):
+            continue
+        return spec.name
+    return None
+
+
+def served(q: Query) -> str | None:
+    name = serving_index(q.collection, q.filter, q.sort)
+    if name is None:
+        residual = frozenset(DOCUMENTED_RESIDUALS & set(q.filter))
+        name = serving_index(q.collection, q.filter, q.sort, residual=residual)
+    return name
+
+
+def test_serving_index_rejects_unindexed_queries() -> None:
+    assert serving_index(JOBS, {"taskId": "noop"}) is None
+    assert serving_index(JOBS, {"status": "FAILED"}) is None  # owner missing: not a prefix
+    assert serving_index(JOBS, {"owner": "a"}, (("nextRunAt", 1),)) is None
+    assert serving_index(JOBS, {"partition": {"$in": [1]}, "nextRunAt": {"$lte": T0}}) is None
+    assert serving_index(EXECUTIONS, {"partition": {"$in": [1]}, "updatedAt": {"$lt": T0}}) is None
+    assert serving_index(EXECUTIONS, {"jobId": "j"}, (("scheduledFor", -1), ("_id", 1))) is None
+    assert serving_index(EXECUTIONS, {"scheduledFor": {"$gte": T0}}) is None  # status unbounded
+    assert serving_index(EXECUTIONS, {"owner": "a", "scheduledFor": {"$gte": T0}}) is None
+    assert serving_index(JOBS, {"owner": "a"}, (("createdAt", -1), ("_id", -1))) == (
+        "jobs_owner_created"
+    )
+
+
+async def test_every_query_of_every_method_is_served_by_an_index(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    jobs = [job(f"j{i}", created_at=at(i), next_run_at=at(i), partition=i % 3) for i in range(6)]
+    for j in jobs:
+        await store.create_job(j)
+    await store.get_job("alice", "j1")
+    await store.get_jobs(["j1", "j2"])
+    await store.due_jobs({0, 1, 2}, at(10), limit=10)
+    ds = [dispatch_of(j, j.next_run_at or T0, j.next_run_at or T0, at(60)) for j in jobs[:3]]
+    ds.append(dispatch_of(jobs[4], at(1), at(1), at(2)))  # stale CAS: created, then deleted
+    await store.dispatch(ds)
+    await store.dispatch(ds)
+    await store.apply_events([event(d.execution, ExecutionStatus.RUNNING) for d in ds[:3]])
+    await store.apply_events([event(ds[0].execution, ExecutionStatus.SUCCEEDED)])
+    await store.apply_events([event(ds[0].execution, ExecutionStatus.RUNNING)])  # late
+    await store.get_execution(ds[0].execution.id)
+    await store.stale_executions({0, 1, 2}, at(100), limit=10)
+    for status in (None, JobStatus.RUNNING):
+        for last in (None, ExecutionStatus.SUCCEEDED):
+            q = JobQuery(status=status, last_run_status=last, created_from=T0, created_to=at(9))
+            page = await store.list_jobs("alice", q, limit=1, cursor=None)
+            await store.list_jobs("alice", q, limit=1, cursor=page.next_cursor)
+            await store.list_jobs("alice", JobQuery(status=status, last_run_status=last),
+                                  limit=2, cursor=None)  # fmt: skip
+    page2 = await store.list_executions("alice", "j1", limit=1, cursor=None)
+    await store.list_executions("alice", "j1", limit=1, cursor=page2.next_cursor)
+    for pipeline in (
+        runs_by_status_per_hour(T0, at(60)),
+        runs_by_status_per_hour(T0, at(60), owner="alice"),
+        failures_per_task_per_day(T0, at(60)),
+        failures_per_task_per_day(T0, at(60), owner="alice"),
+        scheduling_delay_per_hour(T0, at(60)),
+        scheduling_delay_per_hour(T0, at(60), owner="alice"),
+        running_jobs(),
+        running_jobs(owner="alice"),
+    ):
+        await (await store.database[EXECUTIONS].aggregate(pipeline)).to_list()
+
+    queries = [q for q in fake.queries if q.op != "find_one" or q.filter]
+    assert len(queries) > 40
+    unserved = [q for q in queries if served(q) is None]
+    assert unserved == []
+    used = {served(q) for q in queries}
+    assert {i.name for i in INDEXES} <= used, "an index that no query uses"
+
+
+# --- driver errors -----------------------------------------------------------------------------
+
+DRIVER_ERRORS: list[PyMongoError] = [
+    AutoReconnect("connection reset by peer"),
+    ServerSelectionTimeoutError("No replica set members match selector Primary()"),
+    NotPrimaryError("not primary"),
+    NetworkTimeout("timed out"),
+    WriteConcernError("waiting for replication timed out", 64),
+    ExecutionTimeout("operation exceeded time limit", 50),
+    BulkWriteError(
+        {
+            "writeErrors": [],
+            "writeConcernErrors": [{"code": 64, "errmsg": "wtimeout"}],
+            "nInserted": 0,
+            "nUpserted": 0,
+            "nMatched": 0,
+            "nModified": 0,
+            "nRemoved": 0,
+            "upserted": [],
+        }
+    ),
+    BulkWriteError(
+        {
+            "writeErrors": [{"index": 0, "code": 2, "errmsg": "bad value"}],
+            "writeConcernErrors": [],
+            "nInserted": 0,
+            "nUpserted": 0,
+            "nMatched": 0,
+            "nModified": 0,
+            "nRemoved": 0,
+            "upserted": [],
+        }
+    ),
+]
+
+StoreCall = Callable[[MongoStore], Awaitable[object]]
+J = job("err-job")
+D = dispatch_of(J, T0, T0, at(1))
+CALLS: dict[str, StoreCall] = {
+    "ping": lambda s: s.ping(),
+    "create_job": lambda s: s.create_job(job("new-job")),
+    "get_job": lambda s: s.get_job("alice", J.id),
+    "list_jobs": lambda s: s.list_jobs("alice", JobQuery(), limit=5, cursor=None),
+    "list_executions": lambda s: s.list_executions("alice", J.id, limit=5, cursor=None),
+    "get_execution": lambda s: s.get_execution(D.execution.id),
+    "get_jobs": lambda s: s.get_jobs([J.id]),
+    "due_jobs": lambda s: s.due_jobs({1}, at(5), limit=5),
+    "stale_executions": lambda s: s.stale_executions({1}, at(5), limit=5),
+    "dispatch": lambda s: s.dispatch([D]),
+    "apply_events": lambda s: s.apply_events([event(D.execution, ExecutionStatus.RUNNING)]),
+}
+
+
+BULK_OPS = {"create_job": "insert_one", "dispatch": "insert_many", "apply_events": "bulk_write"}
+
+
+ERROR_CASES = [
+    pytest.param(call, error, id=f"{call}-{type(error).__name__}")
+    for call in CALLS
+    for error in DRIVER_ERRORS
+    if not isinstance(error, BulkWriteError) or call in BULK_OPS
+]
+
+
+@pytest.mark.parametrize(("call", "error"), ERROR_CASES)
+async def test_driver_errors_become_store_unavailable(
+    store: MongoStore, fake: FakeAsyncMongoClient, call: str, error: PyMongoError
+) -> None:
+    await store.create_job(J)
+    fake.fail(error, op=BULK_OPS[call] if isinstance(error, BulkWriteError) else None)
+    with pytest.raises(StoreUnavailable) as info:
+        await CALLS[call](store)
+    assert not isinstance(info.value, PyMongoError)
+    assert isinstance(info.value.__cause__, PyMongoError)
+
+
+async def _calls_of(call: Callable[[MongoStore], Awaitable[object]]) -> int:
+    fake = FakeAsyncMongoClient()
+    s = MongoStore("mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake))
+    await s.open()
+    await s.create_job(J)
+    before = fake.calls
+    await call(s)
+    return fake.calls - before
+
+
+@pytest.mark.parametrize("call", ["dispatch", "apply_events"])
+async def test_a_failure_at_any_step_is_unavailable_and_a_retry_completes(call: str) -> None:
+    """Connection loss before each round trip of a call: StoreUnavailable, then the retry (the
+    actors' job) leaves the same state as an undisturbed call."""
+    steps = await _calls_of(CALLS[call])
+    assert steps >= 3
+    for step in range(steps):
+        fake = FakeAsyncMongoClient()
+        s = MongoStore(
+            "mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake)
+        )
+        await s.open()
+        await s.create_job(J)
+        if call == "apply_events":
+            await s.dispatch([D])
+        fake.fail(AutoReconnect("connection reset"), skip=step)
+        with pytest.raises(StoreUnavailable):
+            await CALLS[call](s)
+        await CALLS[call](s)
+        got = await s.get_job("alice", J.id)
+        ex = await s.get_execution(D.execution.id)
+        assert ex is not None and (got.run_count, got.next_run_at) == (1, at(1)), step
+        if call == "apply_events":
+            assert ex.status == ExecutionStatus.RUNNING and got.status == JobStatus.RUNNING
+
+
+async def test_duplicate_job_is_a_conflict(store: MongoStore, fake: FakeAsyncMongoClient) -> None:
+    await store.create_job(job())
+    with pytest.raises(Conflict):
+        await store.create_job(job())
+    fake.fail(DuplicateKeyError("E11000 duplicate key error", 11000), op="insert_one")
+    with pytest.raises(Conflict) as info:
+        await store.create_job(job("other"))
+    assert not isinstance(info.value, PyMongoError)
+
+
+async def test_open_without_a_server_is_unavailable(fake: FakeAsyncMongoClient) -> None:
+    fake.fail(ServerSelectionTimeoutError("no primary"), op="create_indexes")
+    s = MongoStore("mongodb://fake.invalid/x", client=cast("AsyncMongoClient[Any]", fake))
+    with pytest.raises(StoreUnavailable):
+        await s.open()
+    with pytest.raises(StoreUnavailable):
+        await s.ping()  # not open
+
+
+REAL_DRIVER_PROBE = """
+import asyncio, time
+from core.errors import StoreUnavailable
+from pymongo.errors import PyMongoError
+from store.mongo import MongoStore
+
+async def main():
+    s = MongoStore("mongodb://127.0.0.1:9/jobsched?directConnection=true", timeout_s=0.3)
+    started = time.monotonic()
+    try:
+        await s.open()
+    except StoreUnavailable as e:
+        assert not isinstance(e, PyMongoError)
+        print(f"unavailable after {time.monotonic() - started:.2f}")
+    await s.close()
+
+asyncio.run(main())
+"""
+
+
+def test_real_driver_without_a_server_fails_fast_as_unavailable() -> None:
+    """The real AsyncMongoClient against a closed loopback port: StoreUnavailable in ~timeout.
+
+    Run in a child process: PyMongo 4.20's async monitor leaves the socket of a refused
+    connection to the garbage collector, and its ResourceWarning would otherwise surface in
+    whichever test runs at the next collection.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_DRIVER_PROBE],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert out.startswith("unavailable after "), out
+    assert float(out.split()[-1]) < 5
+
+
+# --- dispatch without transactions -------------------------------------------------------------
+
+
+async def test_dispatch_leaves_no_orphan_when_the_cas_fails(store: MongoStore) -> None:
+    j = job(next_run_at=at(1))
+    await store.create_job(j)
+    stale = dispatch_of(j, T0, T0, at(1))  # the job is already at at(1)
+    assert await store.dispatch([stale]) == [DispatchOutcome(created=False, advanced=False)]
+    assert await store.get_execution(stale.execution.id) is None
+    assert (await store.get_job("alice", j.id)).run_count == 0
+
+
+async def test_dispatch_keeps_an_execution_it_did_not_create(store: MongoStore) -> None:
+    j = job(next_run_at=at(1))
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.database[EXECUTIONS].insert_one(to_document(d.execution))
+    assert await store.dispatch([d]) == [DispatchOutcome(created=False, advanced=False)]
+    assert await store.get_execution(d.execution.id) is not None
+
+
+async def test_crash_between_insert_and_cas_loses_no_run(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    fake.fail(AutoReconnect("primary stepped down"), op="bulk_write")
+    with pytest.raises(StoreUnavailable):
+        await store.dispatch([d])
+    queued = await store.get_execution(d.execution.id)
+    assert queued is not None and queued.status == ExecutionStatus.QUEUED
+    assert await store.dispatch([d]) == [DispatchOutcome(created=False, advanced=True)]
+    after = await store.get_job("alice", j.id)
+    assert (after.next_run_at, after.last_scheduled_for, after.run_count) == (at(1), T0, 1)
+
+
+async def test_twin_dispatchers_create_one_execution_and_advance_once(store: MongoStore) -> None:
+    jobs = [job(f"j{i}", next_run_at=at(i)) for i in range(5)]
+    for j in jobs:
+        await store.create_job(j)
+    ds = [dispatch_of(j, at(i), at(i), at(i + 10)) for i, j in enumerate(jobs)]
+    first, second = await asyncio.gather(store.dispatch(ds), store.dispatch(ds))
+    for a, b in zip(first, second, strict=True):
+        assert a.advanced and b.advanced
+        assert a.created != b.created
+    for i, j in enumerate(jobs):
+        after = await store.get_job("alice", j.id)
+        assert (after.run_count, after.next_run_at) == (1, at(i + 10))
+    assert await store.database[EXECUTIONS].count_documents({}) == 5
+
+
+async def test_dispatch_of_the_last_run_clears_next_run_at(store: MongoStore) -> None:
+    j = job(schedule=ImmediateSchedule(), next_run_at=T0)
+    await store.create_job(j)
+    assert await store.dispatch([dispatch_of(j, T0, T0, None)]) == [
+        DispatchOutcome(created=True, advanced=True)
+    ]
+    assert "nextRunAt" not in await raw(store, JOBS, j.id)
+    assert await store.due_jobs({1}, at(1000), limit=5) == []
+
+
+# --- conditional transitions and job summaries -------------------------------------------------
+
+
+async def test_a_late_event_never_moves_a_run_backwards(store: MongoStore) -> None:
+    j = job(schedule=ImmediateSchedule())
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, None)
+    await store.dispatch([d])
+    ex = d.execution
+    done = event(ex, ExecutionStatus.SUCCEEDED, result={"rows": 3})
+    assert await store.apply_events([done]) == 1
+    assert await store.apply_events([event(ex, ExecutionStatus.RUNNING)]) == 0
+    assert await store.apply_events([event(ex, ExecutionStatus.RETRYING)]) == 0
+    stored = await store.get_execution(ex.id)
+    assert stored is not None and stored.status == ExecutionStatus.SUCCEEDED
+    assert stored.result == {"rows": 3}
+    assert (await store.get_job("alice", j.id)).status == JobStatus.SUCCEEDED
+
+
+async def test_redelivery_does_not_modify_the_run_but_reapplies_the_summary(
+    store: MongoStore,
+) -> None:
+    j = job(schedule=ImmediateSchedule())
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, None)
+    await store.dispatch([d])
+    failed = event(d.execution, ExecutionStatus.FAILED, 3, error="boom")
+    assert await store.apply_events([failed]) == 1
+    before = await raw(store, EXECUTIONS, d.execution.id)
+    await store.database[JOBS].update_one({ID: j.id}, {"$set": {"status": "RUNNING"}})
+    assert await store.apply_events([failed]) == 0
+    assert await raw(store, EXECUTIONS, d.execution.id) == before
+    after = await store.get_job("alice", j.id)
+    assert (after.status, after.last_run_status, after.last_error) == (
+        JobStatus.FAILED,
+        ExecutionStatus.FAILED,
+        "boom",
+    )
+
+
+async def test_summary_follows_the_latest_run_and_next_run_at(store: MongoStore) -> None:
+    j = job()  # recurring
+    await store.create_job(j)
+    d1 = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d1])
+    d2 = dispatch_of(j, at(1), at(1), at(2))
+    await store.dispatch([d2])
+    await store.apply_events([event(d2.execution, ExecutionStatus.RUNNING)])
+    # the older run finishing late does not take the summary back
+    await store.apply_events([event(d1.execution, ExecutionStatus.FAILED, error="old")])
+    got = await store.get_job("alice", j.id)
+    assert (got.status, got.last_execution_id, got.last_run_status) == (
+        JobStatus.RUNNING,
+        d2.execution.id,
+        None,
+    )
+    await store.apply_events([event(d2.execution, ExecutionStatus.SUCCEEDED)])
+    got = await store.get_job("alice", j.id)
+    assert (got.status, got.last_run_status, got.last_error) == (
+        JobStatus.SCHEDULED,
+        ExecutionStatus.SUCCEEDED,
+        None,
+    )
+
+
+async def test_queued_events_create_a_missing_run_but_do_not_touch_the_job(
+    store: MongoStore,
+) -> None:
+    j = job()
+    await store.create_job(j)
+    ex = run_of(j, T0)
+    assert await store.apply_events([event(ex, ExecutionStatus.QUEUED)]) == 1
+    assert await store.apply_events([event(ex, ExecutionStatus.QUEUED)]) == 0
+    assert (await store.get_job("alice", j.id)) == j
+
+
+async def test_concurrent_upsert_race_is_retried_not_dropped(
+    store: MongoStore, fake: FakeAsyncMongoClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two recorders upsert the same missing run: the loser's higher-rank event still applies.
+
+    The fake cannot interleave inside one upsert, so the race is staged: the first upsert sees no
+    document, then a concurrent RUNNING insert wins and the upsert fails with a duplicate key.
+    """
+    j = job(schedule=ImmediateSchedule(), next_run_at=None)
+    await store.create_job(j)
+    ex = run_of(j, T0)
+    collection = cast("FakeAsyncCollection", store.database[EXECUTIONS])
+    original = collection._apply
+    staged = {"done": False}
+
+    def racing_apply(index: int, op: Any, details: dict[str, Any]) -> None:
+        if not staged["done"]:
+            staged["done"] = True
+            collection._c.insert_one(to_document(ex))
+            collection._c.update_one({ID: ex.id}, {"$set": {"status": "RUNNING", "stateRank": 2}})
+            raise DuplicateKeyError("E11000 duplicate key error", 11000)
+        original(index, op, details)
+
+    monkeypatch.setattr(collection, "_apply", racing_apply)
+    assert await store.apply_events([event(ex, ExecutionStatus.SUCCEEDED)]) == 1
+    stored = await store.get_execution(ex.id)
+    assert stored is not None and stored.status == ExecutionStatus.SUCCEEDED
+    assert (await store.get_job("alice", j.id)).status == JobStatus.SUCCEEDED
+
+
+async def test_first_published_and_started_times_are_kept(store: MongoStore) -> None:
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    first = event(d.execution, ExecutionStatus.RUNNING, 1)
+    later = StatusEvent(**{**_event_fields(event(d.execution, ExecutionStatus.RUNNING, 2)),
+                           "started_at": at(0.5), "published_at": at(0.4)})  # fmt: skip
+    await store.apply_events([first])
+    await store.apply_events([later])
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and stored.attempt == 2
+    assert (stored.published_at, stored.started_at) == (first.published_at, first.started_at)
+
+
+def _event_fields(ev: StatusEvent) -> dict[str, Any]:
+    return {f: getattr(ev, f) for f in ev.__struct_fields__}
+
+
+# --- same answers as the SQLite reference store ------------------------------------------------
+
+
+RUN_STATUSES = [
+    ExecutionStatus.QUEUED,
+    ExecutionStatus.RUNNING,
+    ExecutionStatus.RETRYING,
+    ExecutionStatus.SUCCEEDED,
+    ExecutionStatus.FAILED,
+]
+
+
+class Scenario:
+    """Random operations applied to two stores; every answer must be equal."""
+
+    def __init__(self, seed: int, mongo: MongoStore, sqlite: SqliteStore) -> None:
+        self.rng = random.Random(seed)
+        self.stores = (mongo, sqlite)
+        self.now = T0
+        self.jobs: list[Job] = []
+        self.runs: dict[str, Execution] = {}
+        self.used_times: set[datetime] = set()
+
+    async def both(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on both stores; the answers (or errors) must be equal."""
+        results = []
+        for s in self.stores:
+            try:
+                result = await getattr(s, method)(*args, **kwargs)
+            except (JobNotFound, Conflict) as e:
+                result = type(e)
+            if method == "get_jobs":
+                result = sorted(result, key=lambda j: j.id)
+            elif method == "stale_executions":  # equal updatedAt: any order
+                result = sorted(result, key=lambda e: (e.updated_at, e.id))
+            results.append(result)
+        assert results[0] == results[1], (method, _diff(results[0], results[1]))
+        return results[0]
+
+    def fresh_time(self) -> datetime:
+        while True:
+            t = T0 + timedelta(milliseconds=self.rng.randrange(0, 3_600_000))
+            if t not in self.used_times:
+                self.used_times.add(t)
+                return t
+
+    async def create(self) -> None:
+        kind = self.rng.choice(["once", "interval", "immediate"])
+        schedule = {
+            "once": OnceSchedule(execute_at=T0),
+            "interval": IntervalSchedule(every_seconds=60.0),
+            "immediate": ImmediateSchedule(),
+        }[kind]
+        j = job(
+            f"job{len(self.jobs):03d}",
+            owner=self.rng.choice(["alice", "bob"]),
+            schedule=schedule,
+            next_run_at=self.fresh_time(),
+            created_at=self.fresh_time(),
+            partition=self.rng.randrange(4),
+        )
+        self.jobs.append(j)
+        await self.both("create_job", j)
+
+    async def dispatch(self) -> None:
+        picked = self.rng.sample(self.jobs, min(len(self.jobs), self.rng.randint(1, 4)))
+        found = await self.both("get_jobs", [p.id for p in picked])
+        runs = []
+        for j in found:
+            expected = j.next_run_at or j.last_scheduled_for or T0
+            if self.rng.random() < 0.25:
+                expected = self.fresh_time()  # stale or wrong: the CAS fails
+            nxt = None if self.rng.random() < 0.3 else self.fresh_time()
+            ex = run_of(j, expected, now=self.now)
+            self.runs[ex.id] = ex
+            runs.append(Dispatch(ex, expected_next_run_at=expected, next_run_at=nxt))
+        await self.both("dispatch", runs)
+
+    async def events(self) -> None:
+        if not self.runs:
+            return
+        batch = []
+        for _ in range(self.rng.randint(1, 6)):
+            ex = self.runs[self.rng.choice(sorted(self.runs))]
+            status = self.rng.choice(RUN_STATUSES)
+            attempt = 0 if status == ExecutionStatus.QUEUED else self.rng.randint(1, 3)
+            self.now += timedelta(milliseconds=self.rng.randrange(1, 5000))
+            error = self.rng.choice([None, "boom", "timeout"])
+            if status == ExecutionStatus.SUCCEEDED:
+                error = None  # see test_a_success_never_stores_an_error
+            result = self.rng.choice([None, {"n": 1}, [1, "a"], 2.5])
+            batch.append(event(ex, status, attempt, when=self.now, error=error, result=result))
+        await self.both("apply_events", batch)
+
+    async def compare_reads(self) -> None:
+        for owner in ("alice", "bob", "carol"):
+            for q in (
+                JobQuery(),
+                JobQuery(status=self.rng.choice(list(JobStatus))),
+                JobQuery(last_run_status=self.rng.choice(RUN_STATUSES)),
+                JobQuery(created_from=self.fresh_time(), created_to=self.fresh_time()),
+            ):
+                limit = self.rng.randint(1, 4)
+                cursor: str | None = None
+                while True:
+                    page = await self.both("list_jobs", owner, q, limit=limit, cursor=cursor)
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+        for j in self.jobs:
+            await self.both("get_job", j.owner, j.id)
+            await self.both("get_job", "mallory", j.id)
+            cursor = None
+            while True:
+                page = await self.both("list_executions", j.owner, j.id, limit=2, cursor=cursor)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        for ex_id in self.runs:
+            await self.both("get_execution", ex_id)
+        parts = set(self.rng.sample(range(4), self.rng.randint(1, 4)))
+        await self.both("due_jobs", parts, self.fresh_time(), limit=100)
+        await self.both("stale_executions", parts, self.now, limit=1000)
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_same_answers_as_the_sqlite_store(tmp_path: Path, seed: int) -> None:
+    mongo = MongoStore("mongodb://fake.invalid/jobsched",
+                       client=cast("AsyncMongoClient[Any]", FakeAsyncMongoClient()))  # fmt: skip
+    sqlite = SqliteStore(tmp_path / "ref.db")
+    await mongo.open()
+    await sqlite.open()
+    try:
+        sc = Scenario(seed, mongo, sqlite)
+        for _ in range(6):
+            await sc.create()
+        for step in range(80):
+            action = sc.rng.random()
+            if action < 0.1:
+                await sc.create()
+            elif action < 0.45:
+                await sc.dispatch()
+            else:
+                await sc.events()
+            if step % 20 == 19:
+                await sc.compare_reads()
+        await sc.compare_reads()
+    finally:
+        await mongo.close()
+        await sqlite.close()
+
+
+# --- a real server (only with JOBSCHED_TEST_MONGODB_URL) ---------------------------------------
+
+needs_server = pytest.mark.skipif(
+    not os.environ.get(MONGODB_URL_ENV),
+    reason=f"no MongoDB server: set {MONGODB_URL_ENV}=mongodb://…/?replicaSet=… to run",
+)
+
+
+@needs_server
+async def test_real_server_durable_writes_and_indexes() -> None:
+    s = await real_mongo_store()
+    assert s is not None
+    try:
+        hello = await s.database.command("hello")
+        assert hello.get("setName"), "jobsched needs a replica set (majority writes)"
+        assert s.database.write_concern == WriteConcern(w="majority", j=True)
+        j = job("durable-1")
+        await s.create_job(j)
+        majority = s.database.get_collection(JOBS).with_options(
+            read_concern=ReadConcern("majority")
+        )
+        assert await majority.find_one({ID: j.id}) is not None
+        with pytest.raises(Conflict):
+            await s.create_job(j)
+        info = await s.database[EXECUTIONS].index_information()
+        assert {i.name for i in INDEXES if i.collection == EXECUTIONS} <= set(info)
+        d = dispatch_of(j, T0, T0, at(1))
+        stale = Dispatch(run_of(j, at(5)), expected_next_run_at=at(5), next_run_at=at(6))
+        assert await s.dispatch([d, stale]) == [
+            DispatchOutcome(created=True, advanced=True),
+            DispatchOutcome(created=False, advanced=False),
+        ]
+        assert await s.get_execution(stale.execution.id) is None
+        plan = (
+            await s.database[JOBS]
+            .find({"partition": {"$in": [1]}, "nextRunAt": {"$type": "date", "$lte": at(10)}})
+            .sort([("nextRunAt", 1)])
+            .explain()
+        )
+        assert "COLLSCAN" not in str(plan["queryPlanner"]["winningPlan"])
+    finally:
+        await s.close()
+
+
+def _diff(a: Any, b: Any) -> Any:
+    """The differing fields of two answers (for assertion messages)."""
+    if hasattr(a, "items") and hasattr(b, "items") and not isinstance(a, dict):
+        return [_diff(x, y) for x, y in zip(a.items, b.items, strict=False)]
+    if isinstance(a, list) and isinstance(b, list):
+        return [_diff(x, y) for x, y in zip(a, b, strict=False)] + [len(a), len(b)]
+    fields = getattr(a, "__struct_fields__", ())
+    return {f: (getattr(a, f), getattr(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}

@@ -1,0 +1,260 @@
+"""SQLite-only behaviour of ``store.sqlite.SqliteStore``: WAL, several processes on one file, locks.
+
+Two stores on one file stand for two processes of one host; a plain ``sqlite3`` connection
+holding ``BEGIN EXCLUSIVE`` stands for a process that keeps the database locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from core.errors import StoreUnavailable
+from core.ids import execution_id
+from core.model import CronSchedule, Execution, ExecutionStatus, Job, StatusEvent
+from core.ports import Dispatch, DispatchOutcome
+from store.sqlite import MIGRATIONS, SqliteStore
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+BUSY_TIMEOUT_S = 0.2
+
+
+def make_job(job_id: str = "job-1") -> Job:
+    return Job(
+        id=job_id,
+        owner="alice",
+        task_id="noop",
+        schedule=CronSchedule(expression="* * * * *"),
+        created_at=T0,
+        updated_at=T0,
+        next_run_at=T0 + timedelta(minutes=1),
+    )
+
+
+def make_run(job: Job) -> Dispatch:
+    assert job.next_run_at is not None
+    due = job.next_run_at
+    ex = Execution(
+        id=execution_id(job.id, due),
+        job_id=job.id,
+        owner=job.owner,
+        task_id=job.task_id,
+        scheduled_for=due,
+        created_at=due,
+        updated_at=due,
+    )
+    return Dispatch(ex, expected_next_run_at=due, next_run_at=due + timedelta(minutes=1))
+
+
+def running(ex: Execution) -> StatusEvent:
+    return StatusEvent(
+        execution_id=ex.id,
+        job_id=ex.job_id,
+        owner=ex.owner,
+        partition=ex.partition,
+        task_id=ex.task_id,
+        status=ExecutionStatus.RUNNING,
+        attempt=1,
+        at=ex.scheduled_for + timedelta(seconds=1),
+        scheduled_for=ex.scheduled_for,
+        started_at=ex.scheduled_for + timedelta(seconds=1),
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "jobsched.db"
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another process's connection holding the database's write lock inside the block."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+@pytest.fixture
+async def reap_connections() -> AsyncIterator[set[threading.Thread]]:
+    """Threads alive before the test; afterwards, close any aiosqlite connection it leaked.
+
+    A leaked connection's thread is not a daemon and would keep the test process from exiting;
+    collected unclosed, it would warn from ``__del__`` in whichever test runs then. So the cyclic
+    garbage collector is paused until the leak is closed here.
+    """
+    before = set(threading.enumerate())
+    gc.disable()
+    try:
+        yield before
+        leaked = _new_threads(before)
+        for obj in gc.get_objects():
+            if isinstance(obj, aiosqlite.Connection) and obj._thread in leaked:
+                await obj.close()
+    finally:
+        gc.enable()
+
+
+async def test_the_database_file_is_in_wal_mode(store: SqliteStore, db: Path) -> None:
+    assert db.is_file()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+async def test_open_and_close_are_idempotent(db: Path) -> None:
+    s = SqliteStore(db)
+    await s.open()
+    await s.open()
+    await s.create_job(make_job())
+    await s.close()
+    await s.close()
+
+    reopened = SqliteStore(db)
+    await reopened.open()
+    try:
+        assert await reopened.get_job("alice", "job-1") == make_job()
+    finally:
+        await reopened.close()
+
+
+async def test_a_closed_store_is_unavailable(db: Path) -> None:
+    s = SqliteStore(db)
+    await s.open()
+    await s.close()
+
+    with pytest.raises(StoreUnavailable):
+        await s.ping()
+    with pytest.raises(StoreUnavailable):
+        await s.create_job(make_job())
+
+
+async def test_two_stores_on_one_file_see_each_others_writes(store: SqliteStore, db: Path) -> None:
+    other = SqliteStore(db)
+    await other.open()
+    try:
+        job = make_job()
+        await store.create_job(job)
+        assert await other.get_job("alice", job.id) == job
+
+        run = make_run(job)
+        assert await other.dispatch([run]) == [DispatchOutcome(created=True, advanced=True)]
+        assert (await store.get_job("alice", job.id)).run_count == 1
+        assert await store.get_execution(run.execution.id) == run.execution
+
+        assert await store.apply_events([running(run.execution)]) == 1
+        seen = await other.get_execution(run.execution.id)
+        assert seen is not None
+        assert seen.status == ExecutionStatus.RUNNING
+        # The second store's compare-and-set sees the first store's state: no double dispatch.
+        assert await store.dispatch([run]) == [DispatchOutcome(created=False, advanced=True)]
+        assert (await other.get_job("alice", job.id)).run_count == 1
+    finally:
+        await other.close()
+
+
+async def test_a_locked_database_makes_writes_unavailable_within_the_busy_timeout(
+    store: SqliteStore, db: Path
+) -> None:
+    job = make_job()
+    await store.create_job(job)
+    run = make_run(job)
+    loop = asyncio.get_running_loop()
+
+    with locked(db):
+        for write in (
+            lambda: store.create_job(make_job("job-2")),
+            lambda: store.dispatch([run]),
+            lambda: store.apply_events([running(run.execution)]),
+        ):
+            started = loop.time()
+            async with asyncio.timeout(5):
+                with pytest.raises(StoreUnavailable):
+                    await write()
+            assert loop.time() - started < BUSY_TIMEOUT_S + 2.0
+
+    # Once the lock is released the same store works again, and nothing half-written remains.
+    assert await store.dispatch([run]) == [DispatchOutcome(created=True, advanced=True)]
+    assert (await store.get_job("alice", job.id)).run_count == 1
+    await store.create_job(make_job("job-2"))
+
+
+async def test_an_open_that_failed_on_a_lock_can_be_retried(
+    db: Path, reap_connections: set[threading.Thread]
+) -> None:
+    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    with locked(db):
+        async with asyncio.timeout(5):
+            with pytest.raises(StoreUnavailable):
+                await s.open()
+
+    await s.open()
+    try:
+        await s.create_job(make_job())
+        assert (await s.get_job("alice", "job-1")).id == "job-1"
+    finally:
+        await s.close()
+
+
+async def test_an_open_that_failed_while_migrating_can_be_retried(db: Path) -> None:
+    first = SqliteStore(db)
+    await first.open()
+    await first.close()
+    table, column, _ = MIGRATIONS[0]
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")  # the file of an older release
+    conn.close()
+    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    with locked(db):
+        async with asyncio.timeout(5):
+            with pytest.raises(StoreUnavailable):
+                await s.open()
+
+    try:
+        await s.open()
+        await s.create_job(make_job())
+        assert (await s.get_job("alice", "job-1")).id == "job-1"
+    finally:
+        await s.close()
+
+
+async def test_a_failed_open_leaks_no_connection(
+    db: Path, reap_connections: set[threading.Thread]
+) -> None:
+    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    with locked(db):
+        async with asyncio.timeout(5):
+            with pytest.raises(StoreUnavailable):
+                await s.open()
+    await s.close()
+
+    assert _new_threads(reap_connections) == []

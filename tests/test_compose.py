@@ -1,0 +1,209 @@
+"""The production-like stack of ``compose.yaml`` (with ``Dockerfile`` and ``deploy/``), checked
+statically: services, commands, health checks, restart policies, loopback-only ports, versions,
+the one-member MongoDB replica set, the NATS cluster, and that every ``JOBSCHED_*`` variable it
+sets is a setting. ``docker compose config -q`` runs too when a docker CLI with compose exists
+(it needs no engine); nothing here starts a container.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from core.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "compose.yaml"
+JOBSCHED_ROLES = {"gateway": 1, "scheduler": 2, "worker": 2}
+NATS_NODES = ("nats-1", "nats-2", "nats-3")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = compose["services"]
+    return result
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def version_of(image: str) -> tuple[int, ...]:
+    tag = image.partition(":")[2]
+    match = re.match(r"(\d+(?:\.\d+)*)", tag)
+    assert match, f"{image}: pin a version tag"
+    return tuple(int(p) for p in match.group(1).split("."))
+
+
+def test_the_services_of_the_stack(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) == {"mongo", *NATS_NODES, *JOBSCHED_ROLES}
+
+
+@pytest.mark.parametrize(("role", "replicas"), JOBSCHED_ROLES.items())
+def test_jobsched_roles_run_the_cli_from_the_service_image(
+    services: dict[str, dict[str, Any]], role: str, replicas: int
+) -> None:
+    service = services[role]
+    assert service["build"] == "."
+    assert service["command"] == [role]  # ENTRYPOINT jobsched: `jobsched <role>`
+    assert service.get("deploy", {}).get("replicas", 1) == replicas
+    assert all(c["condition"] == "service_healthy" for c in service["depends_on"].values())
+    assert set(NATS_NODES) <= set(service["depends_on"])
+    assert ("mongo" in service["depends_on"]) == (role != "worker")
+
+
+def test_every_service_has_a_health_check_and_a_restart_policy(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        check = service.get("healthcheck")
+        assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert {"interval", "timeout", "retries"} <= set(check), name
+        assert service.get("restart") in ("unless-stopped", "always", "on-failure"), name
+    gateway = " ".join(services["gateway"]["healthcheck"]["test"])
+    assert "/readyz" in gateway and ":8080" in gateway
+    scheduler = " ".join(services["scheduler"]["healthcheck"]["test"])
+    assert "27017" in scheduler and "4222" in scheduler
+    worker = " ".join(services["worker"]["healthcheck"]["test"])
+    assert "4222" in worker and "27017" not in worker
+    for node in NATS_NODES:
+        assert "/healthz" in " ".join(services[node]["healthcheck"]["test"])
+
+
+def test_health_check_scripts_are_valid_python(services: dict[str, dict[str, Any]]) -> None:
+    for name in JOBSCHED_ROLES:
+        test = services[name]["healthcheck"]["test"]
+        assert test[1:3] == ["python", "-c"], name
+        compile(test[3], f"<{name} healthcheck>", "exec")
+
+
+def test_ports_are_published_on_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    published = 0
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            published += 1
+            if isinstance(port, dict):
+                assert port.get("host_ip") == "127.0.0.1", (name, port)
+            else:
+                assert str(port).startswith("127.0.0.1:"), (name, port)
+    assert published >= 3
+    assert "127.0.0.1:8080:8080" in services["gateway"]["ports"]
+
+
+def test_nats_is_a_three_node_jetstream_cluster_on_2_12_or_later(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for node in NATS_NODES:
+        service = services[node]
+        image = service["image"]
+        assert image.startswith("nats:")
+        version = version_of(image)
+        assert version >= (2, 12), image
+        assert not ((2, 10, 20) <= version <= (2, 10, 22)), image
+        conf = f"/etc/nats/{node}.conf"
+        assert service["command"] == ["-c", conf]
+        assert "./deploy/nats:/etc/nats:ro" in service["volumes"]
+        assert any(v.startswith(f"{node}-data:") for v in service["volumes"])
+        text = (ROOT / "deploy" / "nats" / f"{node}.conf").read_text()
+        assert f"server_name: {node}" in text and "include ./common.conf" in text
+    common = (ROOT / "deploy" / "nats" / "common.conf").read_text()
+    assert "jetstream" in common and "store_dir: /data/jetstream" in common
+    for node in NATS_NODES:
+        assert f"nats://{node}:6222" in common
+
+
+def test_nats_configs_parse_when_nats_server_is_installed() -> None:
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    if not Path(binary).exists():
+        pytest.skip("nats-server not installed: cannot check the config files")
+    for node in NATS_NODES:
+        conf = ROOT / "deploy" / "nats" / f"{node}.conf"
+        result = subprocess.run(
+            [binary, "-t", "-c", str(conf)], check=False, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mongodb_is_a_one_member_replica_set(services: dict[str, dict[str, Any]]) -> None:
+    mongo = services["mongo"]
+    assert version_of(mongo["image"])[0] == 8 and mongo["image"].startswith("mongo:")
+    command = mongo["command"]
+    assert command[command.index("--replSet") + 1] == "rs0"
+    assert "mongosh" in mongo["healthcheck"]["test"]
+    script = (ROOT / "deploy" / "mongo" / "init-replica-set.js").read_text()
+    assert "rs.initiate(" in script and "rs.status()" in script  # idempotent initiation
+    assert re.search(r"members: \[\{ _id: 0, host: \"mongo:27017\" \}\]", script)
+    assert "isWritablePrimary" in script
+    assert any("init-replica-set.js" in v for v in mongo["volumes"])
+
+
+def test_the_services_use_the_cluster(services: dict[str, dict[str, Any]]) -> None:
+    for role in JOBSCHED_ROLES:
+        env = environment(services[role])
+        assert env["JOBSCHED_NATS_URL"].split(",") == [f"nats://{n}:4222" for n in NATS_NODES]
+        assert env["JOBSCHED_STREAM_REPLICAS"] == "3"
+        assert env["JOBSCHED_STORE_URL"].startswith("mongodb://mongo:27017/")
+        assert "replicaSet=rs0" in env["JOBSCHED_STORE_URL"]
+    gateway = environment(services["gateway"])
+    assert gateway["JOBSCHED_HTTP_HOST"] == "0.0.0.0"
+    assert re.fullmatch(r"\$\{JOBSCHED_AUTH_SECRET:\?[^}]+\}", gateway["JOBSCHED_AUTH_SECRET"])
+    assert "JOBSCHED_AUTH_SECRET" not in environment(services["worker"])
+
+
+def test_every_jobsched_variable_is_a_setting(services: dict[str, dict[str, Any]]) -> None:
+    names = {k for s in services.values() for k in environment(s) if k.startswith("JOBSCHED_")}
+    assert names
+    assert names <= Settings.env_names(), names - Settings.env_names()
+    for service in services.values():  # configuration through JOBSCHED_* variables only
+        assert all(k.startswith("JOBSCHED_") for k in environment(service) if service.get("build"))
+
+
+def test_the_dockerfile_builds_a_non_root_service_image() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"]
+    assert lines[0] == "FROM python:3.11-slim"
+    assert "RUN pip install . && rm -rf /src" in lines
+    user = [line for line in lines if line.startswith("USER ")]
+    assert user and user[-1] not in ("USER root", "USER 0")
+    assert 'ENTRYPOINT ["jobsched"]' in lines
+    for package in ("core", "store", "bus", "actors", "gateway", "jobsched"):
+        assert f"COPY {package} ./{package}" in lines
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored and ".env" in ignored
+
+
+def test_docker_compose_config_validates() -> None:
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker CLI on this machine")
+    probe = subprocess.run(
+        [docker, "compose", "version"], check=False, capture_output=True, text=True, timeout=30
+    )
+    if probe.returncode != 0:
+        pytest.skip("the docker CLI has no compose plugin (`docker compose version` failed)")
+    result = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "-q"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"JOBSCHED_AUTH_SECRET": "x" * 64, "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
