@@ -39,9 +39,12 @@ from core.model import (
     ExecutionStatus,
     Job,
     JobNotice,
+    JobStatus,
     OverlapPolicy,
     RunMessage,
     RunsFinished,
+    RunTrigger,
+    StatusEvent,
 )
 from core.ports import Dispatch, JobStore
 from core.schedule import DEFAULT_MISFIRE_GRACE_S
@@ -84,6 +87,7 @@ class Scheduler:
         config: see :class:`SchedulerConfig`.
         ownership: which partitions it may dispatch; default: all of them, alone.
         scheduler_id: unique id of this scheduler, recorded on the runs it dispatches.
+        markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class Scheduler:
         *,
         ownership: Ownership | None = None,
         scheduler_id: str = "scheduler",
+        markers: CancelMarkers | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -112,7 +117,7 @@ class Scheduler:
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
-        self.cancel_markers = CancelMarkers(bus)
+        self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
 
     @property
@@ -197,13 +202,12 @@ class Scheduler:
     async def _scan(self) -> None:
         """Safety scan: reload the near-term window from the store, re-dispatch lost runs.
 
-        Jobs waiting (``bufferOne``) for a previous run are re-checked too: their finish notice
-        may have been lost.
+        Jobs waiting (``bufferOne``) for a previous run are due, so they are re-checked too:
+        a finish notice may have been lost.
         """
         owned = self.owned
         if not owned:
             return
-        self._waiting.clear()
         now = self.clock.now()
         until = now + timedelta(seconds=self.config.lookahead_s)
         jobs = await self.store.due_jobs(owned, until, limit=self.config.heap_limit)
@@ -270,6 +274,7 @@ class Scheduler:
                 self.heap.push(job.id, plan.not_before, job.partition)
             return []
         if plan.wait_for is not None:
+            log.debug("job %s waits for run %s", job.id, plan.wait_for)
             self._waiting[job.id] = plan.wait_for
             return []
         if plan.cancel is not None:
@@ -290,11 +295,11 @@ class Scheduler:
     async def _previous_runs(self, jobs: list[Job]) -> dict[str, Execution]:
         """The latest dispatched run of each recurring job whose overlap policy needs it."""
         wanted = {
-            execution_id(j.id, j.last_scheduled_for): j.id
+            execution_id(j.id, j.last_dispatched_for): j.id
             for j in jobs
             if j.recurring
             and j.overlap_policy != OverlapPolicy.ALLOW
-            and j.last_scheduled_for is not None
+            and j.last_dispatched_for is not None
         }
         if not wanted:
             return {}
@@ -311,6 +316,7 @@ class Scheduler:
     async def _on_finished(self, finished: RunsFinished) -> None:
         """Runs ended: dispatch the buffered occurrences of jobs that waited for them."""
         woken = [job_id for job_id in finished.job_ids if job_id in self._waiting]
+        log.debug("finished runs of %s; waking %s", finished.job_ids, woken)
         if not woken:
             return
         now = self.clock.now()
@@ -365,15 +371,54 @@ class Scheduler:
             return
         jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in lost})}
         at = self.clock.now()
+        live = [e for e in lost if e.job_id in jobs and _resendable(jobs[e.job_id], e)]
+        dead = [e for e in lost if e not in live]
+        if dead:
+            await self.store.apply_events([_closing_event(e, jobs.get(e.job_id), at) for e in dead])
+            log.info("%s: closed %d run(s) that must not run any more", self.name, len(dead))
         messages = [
             _run_message(
                 jobs[e.job_id], e, at, attempt_offset=e.attempt, redispatch=to_epoch_ms(at)
             )
-            for e in lost
-            if e.job_id in jobs and e.id not in self._unpublished
+            for e in live
+            if e.id not in self._unpublished
         ]
         log.warning("%s: re-dispatching %d run(s) whose message was lost", self.name, len(messages))
         await self._publish(messages)
+
+
+def _resendable(job: Job, run: Execution) -> bool:
+    """Whether a lost run may be re-published: its job is not cancelled, and the job was
+    advanced past it (a run recorded just before its scheduler died without advancing the job —
+    possible on MongoDB, which has no transaction around the two — never became due)."""
+    if job.status == JobStatus.CANCELLED:
+        return False
+    if run.trigger == RunTrigger.MANUAL:
+        return True
+    return job.last_scheduled_for is not None and job.last_scheduled_for >= run.scheduled_for
+
+
+def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent:
+    """The terminal event of a lost run that must not be re-published."""
+    if job is None or job.status == JobStatus.CANCELLED:
+        status, reason = ExecutionStatus.CANCELLED, "cancelled: the job was cancelled or deleted"
+    else:
+        status, reason = ExecutionStatus.SKIPPED, "orphan: recorded but never dispatched"
+    return StatusEvent(
+        execution_id=run.id,
+        job_id=run.job_id,
+        owner=run.owner,
+        partition=run.partition,
+        task_id=run.task_id,
+        queue=run.queue,
+        status=status,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        at=at,
+        scheduled_for=run.scheduled_for,
+        finished_at=at,
+        error=reason,
+    )
 
 
 def _run_message(

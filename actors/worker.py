@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 
 from actors.cpu import CpuPool
-from bus.nats import Bus, ConsumerMissing, Delivery, PullConsumer, run_decoder
+from bus.cancel import CancelMarkers
+from bus.nats import Bus, ConsumerMissing, Delivery, PullConsumer, run_decoder, run_key
 from core.backoff import retry_delay
 from core.clock import Clock
 from core.errors import BusUnavailable, InvalidRequest
@@ -67,6 +68,10 @@ class WorkerConfig:
     drain_timeout_s: float = 30.0
 
 
+class RunCancelled(Exception):
+    """A cancellation marker stopped the run."""
+
+
 class Worker:
     """Consumes the work queues of ``config.queues`` and executes runs.
 
@@ -77,7 +82,14 @@ class Worker:
         config: see :class:`WorkerConfig`.
     """
 
-    def __init__(self, bus: Bus, catalog: TaskCatalog, clock: Clock, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        catalog: TaskCatalog,
+        clock: Clock,
+        config: WorkerConfig,
+        markers: CancelMarkers | None = None,
+    ) -> None:
         self.bus = bus
         self.catalog = catalog
         self.clock = clock
@@ -88,6 +100,9 @@ class Worker:
         self._active = 0
         self._freed = asyncio.Event()
         self._runs: set[asyncio.Task[None]] = set()
+        self.markers = markers
+        self._executing: dict[str, tuple[str, asyncio.Task[Any]]] = {}
+        self._cancel_requested: set[str] = set()
         self._cpu = CpuPool(config.cpu_slots)
         self._cpu_slots = asyncio.Semaphore(self._cpu.slots)
         self._finished: collections.OrderedDict[str, bool] = collections.OrderedDict()
@@ -108,6 +123,14 @@ class Worker:
                 consumers[queue] = await self.bus.work_consumer(queue)
             log.info("%s consuming %s", self.name, ", ".join(self.config.queues))
             async with asyncio.TaskGroup() as tg:
+                watch = None
+                if self.markers is not None:
+                    watch = tg.create_task(
+                        self.markers.watch(self._on_marker), name=f"{self.name} cancel markers"
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(5):
+                            await self.markers.ready.wait()
                 pulls = [
                     tg.create_task(self._pull(q, c, tg), name=f"{self.name} pull {q}")
                     for q, c in consumers.items()
@@ -115,6 +138,8 @@ class Worker:
                 self.ready.set()
                 await asyncio.wait(pulls)
                 await self._drain(list(consumers.values()))
+                if watch is not None:
+                    watch.cancel()
         finally:
             for consumer in consumers.values():
                 for d in consumer.take_unprocessed():
@@ -212,6 +237,9 @@ class Worker:
         if run.execution_id in self._finished:
             await (d.ack() if self._finished[run.execution_id] else d.term())
             return
+        if self.markers is not None and self.markers.is_cancelled(run.job_id, run.execution_id):
+            await self._cancelled(d, run, d.num_delivered + run.attempt_offset, started=None)
+            return
         try:
             spec = self.catalog.get(run.task_id)
             params = spec.decode_params(run.parameters)
@@ -261,6 +289,9 @@ class Worker:
         )
         try:
             result = await self._execute(spec, params, ctx, run.timeout_seconds)
+        except RunCancelled:
+            await self._cancelled(d, run, attempt, started=started)
+            return
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -286,6 +317,29 @@ class Worker:
     async def _execute(
         self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
     ) -> Any:
+        """Run the task in a child task that a cancellation marker can cancel.
+
+        Raises:
+            RunCancelled: a marker cancelled the run (job cancelled or deleted, run replaced).
+            TimeoutError: the task ran past ``timeout_s`` seconds.
+        """
+        call = asyncio.ensure_future(self._call(spec, params, ctx, timeout_s))
+        self._executing[ctx.idempotency_key] = (ctx.job_id, call)
+        try:
+            return await call
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if ctx.idempotency_key in self._cancel_requested and not (me and me.cancelling()):
+                raise RunCancelled(ctx.idempotency_key) from None
+            call.cancel()
+            raise
+        finally:
+            self._executing.pop(ctx.idempotency_key, None)
+            self._cancel_requested.discard(ctx.idempotency_key)
+
+    async def _call(
+        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
+    ) -> Any:
         if spec.kind == "cpu":
             async with self._cpu_slots:
                 return await self._cpu.run(spec, params, ctx, timeout_s)
@@ -294,6 +348,28 @@ class Worker:
                 return await spec.fn(params, ctx)
         except TimeoutError as e:
             raise TimeoutError(f"task ran past its timeout of {timeout_s:g} s") from e
+
+    def _on_marker(self, job_id: str | None, key: str | None) -> None:
+        """A cancellation marker appeared: cancel the matching runs executing here."""
+        for execution_id, (run_job, call) in list(self._executing.items()):
+            if run_job == job_id or (key is not None and run_key(execution_id) == key):
+                self._cancel_requested.add(execution_id)
+                call.cancel()
+                log.info("run %s: cancellation requested", execution_id)
+
+    async def _cancelled(
+        self, d: Delivery, run: RunMessage, attempt: int, *, started: datetime | None
+    ) -> None:
+        now = self.clock.now()
+        base = self._event_base(run, attempt, started)
+        reason = "cancelled: the job was cancelled or deleted, or the run was replaced"
+        await self._report(
+            msgspec.structs.replace(
+                base, status=ExecutionStatus.CANCELLED, at=now, finished_at=now, error=reason
+            )
+        )
+        await self._settle(d, run.execution_id, ack=False)
+        log.info("run %s CANCELLED", run.execution_id, extra={"execution_id": run.execution_id})
 
     async def _failed(
         self, d: Delivery, run: RunMessage, base: StatusEvent, attempt: int, error: str

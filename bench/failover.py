@@ -43,7 +43,9 @@ async def one_run(args: argparse.Namespace, tmp: Path, url: str) -> tuple[float,
         await c.wait_balanced({"s1", "s2"}, timeout_s=4 * args.lease_ttl + 10)
         start = now() + timedelta(seconds=3)
         jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
-        await asyncio.sleep(max(0.0, (start + timedelta(seconds=args.spread / 2) - now()).total_seconds()))
+        await asyncio.sleep(
+            max(0.0, (start + timedelta(seconds=args.spread / 2) - now()).total_seconds())
+        )
         c.kill("s1")
         runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * args.lease_ttl + 30)
     lost, duplicates = lost_and_duplicates(jobs, runs)
@@ -51,10 +53,14 @@ async def one_run(args: argparse.Namespace, tmp: Path, url: str) -> tuple[float,
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=300)
-    parser.add_argument("--spread", type=float, default=15.0, help="seconds over which jobs come due")
+    parser.add_argument(
+        "--spread", type=float, default=15.0, help="seconds over which jobs come due"
+    )
     parser.add_argument("--lease-ttl", type=float, default=10.0, help="seconds")
     args = parser.parse_args()
     results = []
@@ -72,7 +78,8 @@ async def main() -> None:
         print(f"{i + 1:>4} {failover:>11.2f} {duplicates:>11} {lost:>5}", flush=True)
     failovers = [r[0] for r in results]
     print(
-        f"\nlease TTL {args.lease_ttl:g} s, {args.jobs} jobs over {args.spread:g} s, {args.runs} runs: "
+        f"\nlease TTL {args.lease_ttl:g} s, {args.jobs} jobs over {args.spread:g} s, "
+        f"{args.runs} runs: "
         f"failover p50 {statistics.median(failovers):.2f} s, max {max(failovers):.2f} s; "
         f"duplicates {sum(r[1] for r in results)}; lost {sum(r[2] for r in results)}"
     )

@@ -199,6 +199,7 @@ class PullConsumer:
         self._request_deadline = 0.0
         self._reconnects = 0
         self._missing = False
+        self._changed = asyncio.Event()
 
     async def start(self) -> None:
         with translated("subscribe pull inbox"):
@@ -209,13 +210,16 @@ class PullConsumer:
         if status is None:
             self._ready.put_nowait(msg)
             self._remaining = max(0, self._remaining - 1)
+            self._changed.set()
             return
         if status == "100":
             return
         if msg.subject.endswith(f".{self._request}"):
             self._remaining = 0
+            self._changed.set()
         if status == "503":
             self._missing = True
+            self._changed.set()
             return
         if status not in ("404", "408"):
             log.warning("pull request ended: %s %s", status, (msg.headers or {}).get("Description"))
@@ -229,21 +233,27 @@ class PullConsumer:
         Raises:
             BusUnavailable: when the pull request cannot be sent.
         """
-        if self._missing:
-            self._missing = False
-            raise ConsumerMissing("the consumer does not exist (stream or consumer deleted)")
         loop = asyncio.get_running_loop()
-        reconnects = int(self._nc.stats["reconnects"])
-        stale = reconnects != self._reconnects or loop.time() > self._request_deadline
-        if self._ready.empty() and (self._remaining == 0 or stale):
-            self._reconnects = reconnects
-            await self._pull(batch)
+        deadline = loop.time() + timeout_s
+        while self._ready.empty():
+            if self._missing:
+                self._missing = False
+                raise ConsumerMissing("the consumer does not exist (stream or consumer deleted)")
+            reconnects = int(self._nc.stats["reconnects"])
+            stale = reconnects != self._reconnects or loop.time() > self._request_deadline
+            if self._remaining == 0 or stale:
+                self._reconnects = reconnects
+                await self._pull(batch)
+            left = deadline - loop.time()
+            if left <= 0:
+                return []
+            self._changed.clear()
+            if not self._ready.empty():
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, self._request_deadline - loop.time())):
+                    await self._changed.wait()
         out: list[Delivery] = []
-        try:
-            async with asyncio.timeout(timeout_s):
-                out.append(Delivery(await self._ready.get()))
-        except TimeoutError:
-            return out
         while len(out) < batch and not self._ready.empty():
             out.append(Delivery(self._ready.get_nowait()))
         return out

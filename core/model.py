@@ -250,7 +250,9 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     """A configured use of a task. Stored in ``jobs``; returned by the API.
 
     ``next_run_at`` is the scheduled time of the next run (None when no run is left);
-    ``last_run_at`` is when the latest run started; ``last_scheduled_for`` the scheduled time of
+    ``last_run_at`` is when the latest run started; ``last_dispatched_for`` the scheduled time of
+    the latest run sent to the workers (the one an overlap policy looks at);
+    ``last_scheduled_for`` the scheduled time of
     the latest dispatched run.
     """
 
@@ -276,6 +278,7 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     last_error: str | None = None
     last_execution_id: str | None = None
     last_scheduled_for: datetime | None = None
+    last_dispatched_for: datetime | None = None
     run_count: int = 0
     idempotency_key: str | None = None
 

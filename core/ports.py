@@ -120,7 +120,8 @@ class Dispatch:
 
     The store inserts ``execution`` unless a record with its id exists, and advances the job
     with a compare-and-set: only if its ``next_run_at`` still equals ``expected_next_run_at``
-    it sets ``next_run_at`` (None = no run left), ``last_scheduled_for`` and adds one to
+    it sets ``next_run_at`` (None = no run left), ``last_scheduled_for`` (and, for a QUEUED
+    execution, ``last_dispatched_for``) and adds one to
     ``run_count``.
     """
 

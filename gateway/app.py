@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from bus.cancel import CancelMarkers
 from bus.nats import Bus
 from core import schedule as schedules
 from core.clock import Clock
 from core.errors import (
-    BusUnavailable,
     FieldError,
     InvalidRequest,
     JobschedError,
@@ -29,13 +29,12 @@ from core.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from core.ids import new_job_id, partition_of
 from core.model import (
     ExecutionStatus,
     Health,
     Job,
     JobCreate,
-    JobNotice,
+    JobPatch,
     JobStatus,
     Problem,
     ProblemField,
@@ -43,6 +42,7 @@ from core.model import (
 from core.ports import JobQuery, JobStore
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import user_from_authorization
+from gateway.service import JobService, ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ MAX_PAGE = 500
 
 encoder = msgspec.json.Encoder()
 job_create_decoder = msgspec.json.Decoder(JobCreate)
+job_patch_decoder = msgspec.json.Decoder(JobPatch)
+MAX_PREVIEW = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +78,18 @@ class GatewayConfig:
 
 @dataclass(frozen=True, slots=True)
 class GatewayDeps:
+    """What the gateway uses; ``bus`` None runs it without NATS (notices and triggers off)."""
+
     store: JobStore
     bus: Bus | None
     catalog: TaskCatalog
     clock: Clock
     config: GatewayConfig
+    markers: CancelMarkers | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)
+SERVICE = web.AppKey("service", JobService)
 USER = web.RequestKey("user", str)
 REQUEST_ID = web.RequestKey("request_id", str)
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
@@ -98,10 +104,28 @@ def create_app(deps: GatewayDeps) -> web.Application:
         client_max_size=deps.config.max_body_bytes,
     )
     app[DEPS] = deps
+    app[SERVICE] = JobService(
+        deps.store,
+        deps.bus,
+        deps.catalog,
+        deps.clock,
+        ServiceConfig(
+            partitions=deps.config.partitions, max_attempts_limit=deps.config.max_attempts_limit
+        ),
+        deps.markers,
+    )
     app.router.add_post("/jobs", create_job)
     app.router.add_get("/jobs", list_jobs)
     app.router.add_get("/jobs/{job_id}", get_job)
+    app.router.add_patch("/jobs/{job_id}", patch_job)
+    app.router.add_delete("/jobs/{job_id}", delete_job)
+    app.router.add_post("/jobs/{job_id}/pause", control(JobService.pause))
+    app.router.add_post("/jobs/{job_id}/resume", control(JobService.resume))
+    app.router.add_post("/jobs/{job_id}/cancel", control(JobService.cancel))
+    app.router.add_post("/jobs/{job_id}/trigger", trigger_job)
     app.router.add_get("/jobs/{job_id}/executions", list_executions)
+    app.router.add_get("/jobs/{job_id}/upcoming", upcoming)
+    app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -220,67 +244,75 @@ async def read_json(request: web.Request, decoder: msgspec.json.Decoder[Any]) ->
 
 
 async def create_job(request: web.Request) -> web.Response:
-    """``POST /jobs``: validate, store durably, notify the owning scheduler, answer 201."""
-    deps = request.app[DEPS]
-    body: JobCreate = await read_json(request, job_create_decoder)
-    job = build_job(body, owner=request[USER], deps=deps)
-    job = await deps.store.create_job(job)
-    await notify(deps.bus, job)
-    log.info(
-        "job %s created (%s)",
-        job.id,
-        job.task_id,
-        extra={"job_id": job.id, "partition": job.partition},
-    )
-    return json_response(job, status=201, headers={"Location": f"/jobs/{job.id}"})
+    """``POST /jobs``: validate, store durably, notify the owning scheduler, answer 201.
 
-
-def build_job(body: JobCreate, *, owner: str, deps: GatewayDeps) -> Job:
-    """The new job for a create request.
-
-    Raises:
-        InvalidRequest: unknown task, parameters of the wrong shape, invalid schedule, options
-            beyond this deployment's limits.
+    With an ``Idempotency-Key`` header already used for the same body, answers 200 with the
+    original job and ``Idempotent-Replayed: true``; used for another body, 409.
     """
-    spec = deps.catalog.get(body.task_id)
-    spec.decode_params(body.parameters)
-    now = deps.clock.now()
-    sched = schedules.normalize(body.schedule, now, grace_s=deps.config.misfire_grace_s)
-    max_attempts = body.max_attempts or spec.max_attempts
-    if max_attempts > deps.config.max_attempts_limit:
-        raise InvalidRequest(
-            FieldError("maxAttempts", f"must be at most {deps.config.max_attempts_limit} here")
-        )
-    job_id = new_job_id()
-    return Job(
-        id=job_id,
-        owner=owner,
-        task_id=body.task_id,
-        schedule=sched,
-        parameters=body.parameters,
-        queue=body.queue,
-        max_attempts=max_attempts,
-        timeout_seconds=body.timeout_seconds or spec.timeout_seconds,
-        status=JobStatus.SCHEDULED,
-        partition=partition_of(job_id, deps.config.partitions),
-        created_at=now,
-        updated_at=now,
-        next_run_at=schedules.first_run_at(sched, now),
+    body: JobCreate = await read_json(request, job_create_decoder)
+    key = request.headers.get("Idempotency-Key")
+    job, replayed = await request.app[SERVICE].create(request[USER], body, idempotency_key=key)
+    headers = {"Location": f"/jobs/{job.id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return json_response(job, status=200 if replayed else 201, headers=headers)
+
+
+async def patch_job(request: web.Request) -> web.Response:
+    """``PATCH /jobs/{id}``: change schedule, parameters or options."""
+    patch: JobPatch = await read_json(request, job_patch_decoder)
+    job = await request.app[SERVICE].patch(request[USER], request.match_info["job_id"], patch)
+    return json_response(job)
+
+
+def control(operation: Callable[[JobService, str, str], Awaitable[Job]]) -> Handler:
+    """A ``POST /jobs/{id}/<action>`` handler answering the job after the action."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job = await operation(request.app[SERVICE], request[USER], request.match_info["job_id"])
+        return json_response(job)
+
+    return handler
+
+
+async def trigger_job(request: web.Request) -> web.Response:
+    """``POST /jobs/{id}/trigger``: an extra run now; answers 201 with the run."""
+    run = await request.app[SERVICE].trigger(request[USER], request.match_info["job_id"])
+    return json_response(run, status=201, headers={"Location": f"/jobs/{run.job_id}/executions"})
+
+
+async def delete_job(request: web.Request) -> web.Response:
+    """``DELETE /jobs/{id}``: cancel its runs, delete it and its history; 204."""
+    await request.app[SERVICE].delete(request[USER], request.match_info["job_id"])
+    return web.Response(status=204)
+
+
+async def upcoming(request: web.Request) -> web.Response:
+    """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC)."""
+    _only(request.query, {"count"})
+    count = _int_param(request.query, "count", default=10, low=1, high=MAX_PREVIEW)
+    times = await request.app[SERVICE].upcoming(request[USER], request.match_info["job_id"], count)
+    return json_response({"fireTimes": times})
+
+
+PREVIEW_PARAMS = frozenset({"expression", "timezone", "after", "count", "gap", "fold"})
+
+
+async def preview(request: web.Request) -> web.Response:
+    """``GET /schedules/preview``: the next fire times of a cron expression (UTC)."""
+    q = request.query
+    _only(q, PREVIEW_PARAMS)
+    if "expression" not in q:
+        raise InvalidRequest(FieldError("expression", "required query parameter is missing"))
+    times = request.app[SERVICE].preview(
+        q["expression"],
+        q.get("timezone") or "UTC",
+        _time_param(q, "after"),
+        _int_param(q, "count", default=10, low=1, high=MAX_PREVIEW),
+        gap=q.get("gap") or "shift",
+        fold=q.get("fold") or "once",
     )
-
-
-async def notify(bus: Bus | None, job: Job) -> None:
-    """Tell the partition's scheduler (best effort: its safety scan finds the job anyway)."""
-    if bus is None:
-        return
-    try:
-        await bus.notify(
-            JobNotice(job_id=job.id, partition=job.partition, next_run_at=job.next_run_at)
-        )
-    except BusUnavailable as e:
-        log.warning(
-            "job %s stored; notice not sent (%s); the scheduler's scan will find it", job.id, e
-        )
+    return json_response({"fireTimes": times})
 
 
 LIST_PARAMS = frozenset({"status", "lastRunStatus", "startTime", "endTime", "limit", "cursor"})
@@ -289,34 +321,27 @@ LIST_PARAMS = frozenset({"status", "lastRunStatus", "startTime", "endTime", "lim
 async def list_jobs(request: web.Request) -> web.Response:
     """``GET /jobs``: the caller's jobs, newest first, filtered, cursor-paginated."""
     q = request.query
-    unknown = sorted(set(q) - LIST_PARAMS)
-    if unknown:
-        raise InvalidRequest(
-            [
-                FieldError(u, f"unknown query parameter; known: {', '.join(sorted(LIST_PARAMS))}")
-                for u in unknown
-            ]
-        )
+    _only(q, LIST_PARAMS)
     query = JobQuery(
         status=_enum_param(q, "status", JobStatus),
         last_run_status=_enum_param(q, "lastRunStatus", ExecutionStatus),
         created_from=_time_param(q, "startTime"),
         created_to=_time_param(q, "endTime"),
     )
-    page = await request.app[DEPS].store.list_jobs(
+    page = await request.app[SERVICE].list_jobs(
         request[USER], query, limit=_limit_param(q), cursor=q.get("cursor") or None
     )
     return json_response(page)
 
 
 async def get_job(request: web.Request) -> web.Response:
-    job = await request.app[DEPS].store.get_job(request[USER], request.match_info["job_id"])
+    job = await request.app[SERVICE].get(request[USER], request.match_info["job_id"])
     return json_response(job)
 
 
 async def list_executions(request: web.Request) -> web.Response:
     q = request.query
-    page = await request.app[DEPS].store.list_executions(
+    page = await request.app[SERVICE].list_executions(
         request[USER],
         request.match_info["job_id"],
         limit=_limit_param(q),
@@ -401,13 +426,26 @@ def _time_param(q: Any, name: str) -> datetime | None:
 
 
 def _limit_param(q: Any) -> int:
-    raw = q.get("limit")
+    return _int_param(q, "limit", default=50, low=1, high=MAX_PAGE)
+
+
+def _int_param(q: Any, name: str, *, default: int, low: int, high: int) -> int:
+    raw = q.get(name)
     if raw is None or raw == "":
-        return 50
+        return default
     try:
         n = int(raw)
     except ValueError:
-        raise InvalidRequest(FieldError("limit", "must be an integer")) from None
-    if not 1 <= n <= MAX_PAGE:
-        raise InvalidRequest(FieldError("limit", f"must be between 1 and {MAX_PAGE}"))
+        raise InvalidRequest(FieldError(name, "must be an integer")) from None
+    if not low <= n <= high:
+        raise InvalidRequest(FieldError(name, f"must be between {low} and {high}"))
     return n
+
+
+def _only(q: Any, known: frozenset[str] | set[str]) -> None:
+    unknown = sorted(set(q) - set(known))
+    if unknown:
+        listed = ", ".join(sorted(known))
+        raise InvalidRequest(
+            [FieldError(u, f"unknown query parameter; known: {listed}") for u in unknown]
+        )

@@ -26,6 +26,14 @@ _job_decoder = msgspec.json.Decoder(Job)
 _jobs_decoder = msgspec.json.Decoder(Page[Job])
 _executions_decoder = msgspec.json.Decoder(Page[Execution])
 _problem_decoder = msgspec.json.Decoder(Problem)
+_execution_decoder = msgspec.json.Decoder(Execution)
+
+
+class FireTimes(msgspec.Struct, frozen=True, rename="camel"):
+    fire_times: list[datetime]
+
+
+_times_decoder = msgspec.json.Decoder(FireTimes)
 
 
 class ApiError(Exception):
@@ -93,6 +101,20 @@ class JobschedClient:
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> bytes:
+        data, _ = await self._request_with_headers(
+            method, path, body=body, params=params, headers=headers
+        )
+        return data
+
+    async def _request_with_headers(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[bytes, dict[str, str]]:
         hdrs = (
             {"Content-Type": "application/json", **(headers or {})} if body is not None else headers
         )
@@ -106,12 +128,73 @@ class JobschedClient:
                 except msgspec.DecodeError:
                     problem = None
                 raise ApiError(resp.status, problem, data.decode(errors="replace"))
-            return data
+            return data, dict(resp.headers)
 
     async def create_job(self, body: JobCreate | dict[str, Any]) -> Job:
         """``POST /jobs``. Raises ApiError (422 names the invalid field)."""
         raw = msgspec.json.encode(body)
         return _job_decoder.decode(await self._request("POST", "/jobs", body=raw))
+
+    async def create_job_idempotent(
+        self, body: JobCreate | dict[str, Any], idempotency_key: str
+    ) -> tuple[Job, bool]:
+        """``POST /jobs`` with an ``Idempotency-Key``; ``(job, replayed)``.
+
+        Raises:
+            ApiError: 409 ``idempotency_key_reused`` when the key was used for another body.
+        """
+        raw = msgspec.json.encode(body)
+        data, headers = await self._request_with_headers(
+            "POST", "/jobs", body=raw, headers={"Idempotency-Key": idempotency_key}
+        )
+        return _job_decoder.decode(data), headers.get("Idempotent-Replayed") == "true"
+
+    async def patch_job(self, job_id: str, patch: dict[str, Any]) -> Job:
+        """``PATCH /jobs/{id}``: change schedule, parameters or options."""
+        raw = msgspec.json.encode(patch)
+        return _job_decoder.decode(await self._request("PATCH", f"/jobs/{job_id}", body=raw))
+
+    async def pause_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._request("POST", f"/jobs/{job_id}/pause"))
+
+    async def resume_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._request("POST", f"/jobs/{job_id}/resume"))
+
+    async def cancel_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._request("POST", f"/jobs/{job_id}/cancel"))
+
+    async def trigger_job(self, job_id: str) -> Execution:
+        """An extra run now; the new execution."""
+        return _execution_decoder.decode(await self._request("POST", f"/jobs/{job_id}/trigger"))
+
+    async def delete_job(self, job_id: str) -> None:
+        await self._request("DELETE", f"/jobs/{job_id}")
+
+    async def upcoming(self, job_id: str, *, count: int = 10) -> list[datetime]:
+        data = await self._request("GET", f"/jobs/{job_id}/upcoming", params={"count": str(count)})
+        return _times_decoder.decode(data).fire_times
+
+    async def preview(
+        self,
+        expression: str,
+        *,
+        timezone: str | None = None,
+        after: datetime | None = None,
+        count: int | None = None,
+        gap: str | None = None,
+        fold: str | None = None,
+    ) -> list[datetime]:
+        """``GET /schedules/preview``: the next fire times of a cron expression."""
+        params = _params(
+            expression=expression,
+            timezone=timezone,
+            after=after.isoformat() if after else None,
+            count=str(count) if count else None,
+            gap=gap,
+            fold=fold,
+        )
+        data = await self._request("GET", "/schedules/preview", params=params)
+        return _times_decoder.decode(data).fire_times
 
     async def get_job(self, job_id: str) -> Job:
         return _job_decoder.decode(await self._request("GET", f"/jobs/{job_id}"))

@@ -23,6 +23,7 @@ from actors.ownership import LeaseOwnership
 from actors.recorder import Recorder
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
+from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.clock import Clock, SystemClock
@@ -239,11 +240,17 @@ async def serve(
         store: JobStore | None = None
         if roles.gateway or roles.scheduler or roles.runs_recorder:
             store = await stack.enter_async_context(opened_store(settings))
+        markers = CancelMarkers(bus, replicas=settings.stream_replicas)
         if roles.gateway:
             assert store is not None
             secret = auth_secret(settings, create_in=secret_dir)
             deps = GatewayDeps(
-                store, bus, load_catalog(settings.tasks), clock, gateway_config(settings, secret)
+                store,
+                bus,
+                load_catalog(settings.tasks),
+                clock,
+                gateway_config(settings, secret),
+                markers,
             )
             gateway = Gateway(create_app(deps), settings.http_host, settings.http_port)
             actors.append(gateway)
@@ -266,13 +273,16 @@ async def serve(
                     scheduler_config(settings),
                     ownership=ownership,
                     scheduler_id=member,
+                    markers=markers,
                 )
             )
         if roles.runs_recorder:
             assert store is not None
             actors.append(Recorder(bus, store))
         if roles.worker:
-            actors.append(Worker(bus, load_catalog(settings.tasks), clock, worker_config(settings)))
+            actors.append(
+                Worker(bus, load_catalog(settings.tasks), clock, worker_config(settings), markers)
+            )
 
         async def announce() -> None:
             await asyncio.gather(*(a.ready.wait() for a in actors))

@@ -21,16 +21,23 @@ Durability and correctness without multi-document transactions:
 - :meth:`MongoStore.dispatch` inserts the executions first (a duplicate key means it existed),
   then compare-and-sets the jobs, so a crash in between leaves a QUEUED record rather than a lost
   run; an execution it created for a job it could not advance is deleted again.
+- An idempotency key is unique per owner through a partial unique index: of two concurrent
+  creates with one key, the server lets one insert through, and the other reads the winner.
+- :meth:`MongoStore.update_job` (pause, resume, cancel, PATCH) is one ``findAndModify`` with the
+  allowed statuses in its filter, so no read-modify-write can lose a concurrent change.
 - Driver errors never leave this module: connection loss, timeouts, elections and write-concern
   failures become :class:`core.errors.StoreUnavailable` (retried by the actors, 503 at the
-  gateway); a duplicate job id becomes :class:`core.errors.Conflict`.
+  gateway); a duplicate job id becomes :class:`core.errors.Conflict`, a reused idempotency key
+  :class:`core.ports.IdempotencyKeyReused`.
 
 Every query this module sends is served by an index of :data:`INDEXES` (or ``_id``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +47,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
 from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
@@ -58,7 +65,16 @@ from core.model import (
     Page,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.ports import (
+    UNCHANGED,
+    Dispatch,
+    DispatchOutcome,
+    IdempotencyKeyReused,
+    JobChange,
+    JobQuery,
+    JobSpec,
+    JobStatusConflict,
+)
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
@@ -86,6 +102,24 @@ RUN_STATUSES = (ExecutionStatus.RUNNING.value, ExecutionStatus.RETRYING.value)
 # and state rank of the run the job's summary (status, lastRun*) follows.
 LAST_RUN_SCHEDULED_FOR = "lastRunScheduledFor"
 LAST_RUN_STATE_RANK = "lastRunStateRank"
+# ... and the hash of the request that created the job (idempotency: same key, same request?).
+REQUEST_HASH = "requestHash"
+
+HELD_JOB_STATUSES = (JobStatus.PAUSED.value, JobStatus.CANCELLED.value)
+"""Job statuses that a run's report never changes (the user's decision stands)."""
+
+JOB_STATUS_AFTER = {
+    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
+    ExecutionStatus.FAILED: JobStatus.FAILED,
+    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
+    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
+}
+"""A job with no run left takes the status of its last run's outcome (as the SQLite store's
+``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
+
+UPDATE_ATTEMPTS = 3
+"""How often a conditional write is retried when the document changed between its write and
+the read that explains why the write matched nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +157,10 @@ UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
 """Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
 A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
 filters needs MongoDB 6.0)."""
+KEYED = {"idempotencyKey": {"$type": "string"}}
+"""Partial filter of ``jobs_owner_idempotency_key``: only jobs created with a key are indexed (and
+unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
+IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
 
 INDEXES: tuple[IndexSpec, ...] = (
     IndexSpec(
@@ -154,6 +192,14 @@ INDEXES: tuple[IndexSpec, ...] = (
             (ID, DESCENDING),
         ),
         "list_jobs?lastRunStatus=…",
+    ),
+    IndexSpec(
+        JOBS,
+        IDEMPOTENCY_INDEX,
+        (("owner", ASCENDING), ("idempotencyKey", ASCENDING)),
+        "create_job: an idempotency key is unique per owner; the lookup of the job that has it",
+        partial=KEYED,
+        unique=True,
     ),
     IndexSpec(
         EXECUTIONS,
@@ -204,6 +250,23 @@ def from_document(doc: Mapping[str, Any], kind: type[M]) -> M:
     fields = {k: v for k, v in doc.items() if k != ID}
     fields["id"] = doc[ID]
     return msgspec.convert(fields, kind)
+
+
+SPEC_FIELDS = {
+    f.name: f.encode_name
+    for f in msgspec.structs.fields(Job)
+    if f.name in {s.name for s in dataclasses.fields(JobSpec)}
+}
+"""The job document's field of each :class:`core.ports.JobSpec` attribute (the Job's renames)."""
+assert len(SPEC_FIELDS) == len(dataclasses.fields(JobSpec)), "a JobSpec field is not a Job field"
+
+
+def spec_fields(spec: JobSpec) -> Document:
+    """The job-document fields of ``spec``, encoded as :func:`to_document` encodes a job's."""
+    return {
+        name: msgspec.to_builtins(getattr(spec, attr), builtin_types=(datetime,))
+        for attr, name in SPEC_FIELDS.items()
+    }
 
 
 def set_or_unset(fields: Mapping[str, Any]) -> Document:
@@ -281,16 +344,49 @@ def stale_query(partitions: Sequence[int], updated_before: datetime) -> Document
 
 
 def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
-    """The compare-and-set of one dispatch: only if ``nextRunAt`` is still the expected one."""
-    update = set_or_unset(
-        {
-            "nextRunAt": d.next_run_at,
-            "lastScheduledFor": d.execution.scheduled_for,
-            "updatedAt": now,
-        }
-    )
+    """The compare-and-set of one dispatch: only if ``nextRunAt`` is still the expected one.
+
+    A run sent to the workers (a QUEUED record, not a SKIPPED one) is also the job's
+    ``lastDispatchedFor``.
+    """
+    fields: Document = {
+        "nextRunAt": d.next_run_at,
+        "lastScheduledFor": d.execution.scheduled_for,
+        "updatedAt": now,
+    }
+    if d.execution.status == ExecutionStatus.QUEUED:
+        fields["lastDispatchedFor"] = d.execution.scheduled_for
+    update = set_or_unset(fields)
     update["$inc"] = {"runCount": 1}
     return UpdateOne({ID: d.execution.job_id, "nextRunAt": d.expected_next_run_at}, update)
+
+
+def key_query(owner: str, idempotency_key: str) -> Document:
+    """The filter that finds ``owner``'s job created with ``idempotency_key`` (it repeats the
+    partial filter of ``jobs_owner_idempotency_key``)."""
+    return {"owner": owner, "idempotencyKey": {**KEYED["idempotencyKey"], "$eq": idempotency_key}}
+
+
+def change_query(owner: str, job_id: str, change: JobChange) -> Document:
+    """The filter of :meth:`MongoStore.update_job`: the job, if its status allows ``change``."""
+    where: Document = {ID: job_id, "owner": owner}
+    if change.allowed_from is not None:
+        where["status"] = {"$in": sorted(s.value for s in change.allowed_from)}
+    return where
+
+
+def change_update(change: JobChange, now: datetime) -> Document:
+    """The update of :meth:`MongoStore.update_job`: ``updatedAt``, then what ``change`` sets."""
+    fields: Document = {"updatedAt": now}
+    if change.status is not None:
+        fields["status"] = change.status.value
+    if change.next_run_at is not UNCHANGED:
+        if change.next_run_at is not None and not isinstance(change.next_run_at, datetime):
+            raise TypeError(f"JobChange.next_run_at: {change.next_run_at!r} is not an instant")
+        fields["nextRunAt"] = change.next_run_at
+    if change.spec is not None:
+        fields.update(spec_fields(change.spec))
+    return set_or_unset(fields)
 
 
 def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
@@ -348,9 +444,11 @@ def summary_ops(ev: StatusEvent, *, first_started_at: datetime | None = None) ->
     execution's now; ``first_started_at`` is the run's first start (``lastRunAt``).
 
     Applied only if the job's summary does not already follow a later run, or a later state of
-    this run (equal is re-applied: idempotent). The job's status is RUNNING while a run is in
-    progress; after a terminal event it is that status if the job has no next run, else
-    SCHEDULED — two updates with exclusive filters on ``nextRunAt`` instead of a read.
+    this run (equal is re-applied: idempotent). A PAUSED or CANCELLED job keeps its status. Any
+    other job is RUNNING while a run is in progress; after a terminal event it takes the status
+    :data:`JOB_STATUS_AFTER` that outcome if it has no next run, else SCHEDULED. Updates with
+    exclusive filters on ``status`` and ``nextRunAt`` instead of a read; the first (a held
+    status) goes first, so no later update of the list matches a job an earlier one changed.
     """
     sf = ev.scheduled_for
     where: Document = {
@@ -378,17 +476,22 @@ def summary_ops(ev: StatusEvent, *, first_started_at: datetime | None = None) ->
     elif ev.error is not None:
         fields["lastError"] = ev.error
 
-    def op(extra: Document, status: str) -> UpdateOne:
-        update: Document = {"$set": {**fields, "status": status}}
+    def op(extra: Document, status: JobStatus | None) -> UpdateOne:
+        update: Document = {
+            "$set": fields if status is None else {**fields, "status": status.value}
+        }
         if unset:
             update["$unset"] = unset
         return UpdateOne({**where, **extra}, update)
 
+    held = op({"status": {"$in": list(HELD_JOB_STATUSES)}}, None)
+    free: Document = {"status": {"$nin": list(HELD_JOB_STATUSES)}}
     if ev.status.value in RUN_STATUSES:
-        return [op({}, JobStatus.RUNNING.value)]
+        return [held, op(free, JobStatus.RUNNING)]
     return [
-        op({"nextRunAt": None}, ev.status.value),
-        op({"nextRunAt": {"$ne": None}}, JobStatus.SCHEDULED.value),
+        held,
+        op({**free, "nextRunAt": None}, JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED)),
+        op({**free, "nextRunAt": {"$ne": None}}, JobStatus.SCHEDULED),
     ]
 
 
@@ -496,13 +599,86 @@ class MongoStore:
         with _translated("ping"):
             await self.database.command("ping")
 
-    async def create_job(self, job: Job) -> Job:
+    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
+        """See :meth:`core.ports.JobStore.create_job`. One insert; the unique indexes decide.
+
+        A duplicate key on a job with an idempotency key reads the job that holds the key (the
+        winner of a concurrent create, or an earlier one): if there is one, the key was reused,
+        whichever index the server reported (a key outranks a duplicate id, as in the SQLite
+        store). If the key's index reported the duplicate but its job is gone (deleted
+        meanwhile), the insert is tried again.
+        """
+        doc = to_document(job)
+        if request_hash is not None:
+            doc[REQUEST_HASH] = request_hash
+        for _ in range(UPDATE_ATTEMPTS):
+            try:
+                with _translated("create job", passing=(DuplicateKeyError,)):
+                    await self._jobs.insert_one(doc)
+            except DuplicateKeyError as e:
+                index = _duplicate_index(e)
+            else:
+                return job
+            if job.idempotency_key is not None:
+                with _translated("read the job of an idempotency key"):
+                    winner = await self._jobs.find_one(key_query(job.owner, job.idempotency_key))
+                if winner is not None:
+                    raise IdempotencyKeyReused(
+                        from_document(winner, Job),
+                        same_request=winner.get(REQUEST_HASH) == request_hash,
+                    )
+            if index != IDEMPOTENCY_INDEX:
+                raise Conflict(f"job {job.id} exists")
+        raise StoreUnavailable("the job's idempotency key kept changing hands; retry")
+
+    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+        """See :meth:`core.ports.JobStore.update_job`. One ``findAndModify`` whose filter holds
+        the allowed statuses; when it matches nothing, a read tells a missing job from a status
+        conflict (and retries if the job reached an allowed status in between)."""
+        update = change_update(change, now)
+        for _ in range(UPDATE_ATTEMPTS):
+            with _translated("update job"):
+                doc = await self._jobs.find_one_and_update(
+                    change_query(owner, job_id, change),
+                    update,
+                    return_document=ReturnDocument.AFTER,
+                )
+                if doc is not None:
+                    return from_document(doc, Job)
+                current = await self._jobs.find_one({ID: job_id, "owner": owner}, {"status": 1})
+            if current is None:
+                raise JobNotFound(f"job {job_id} not found")
+            status = JobStatus(current["status"])
+            if change.allowed_from is not None and status not in change.allowed_from:
+                raise JobStatusConflict(job_id, status, change.action)
+        raise StoreUnavailable(f"job {job_id} kept changing; retry")
+
+    async def delete_job(self, owner: str, job_id: str) -> None:
+        """See :meth:`core.ports.JobStore.delete_job`. The job first (its owner checked by the
+        same write, and no dispatch can advance it after), then its executions. A failure in
+        between leaves executions that no API call reaches (they are listed through their job),
+        as does a late status event of a deleted job's run."""
+        with _translated("delete job"):
+            result = await self._jobs.delete_one({ID: job_id, "owner": owner})
+            if result.deleted_count == 0:
+                raise JobNotFound(f"job {job_id} not found")
+            await self._executions.delete_many({"jobId": job_id})
+
+    async def insert_execution(self, execution: Execution) -> bool:
         try:
-            with _translated("create job", passing=(DuplicateKeyError,)):
-                await self._jobs.insert_one(to_document(job))
+            with _translated("insert execution", passing=(DuplicateKeyError,)):
+                await self._executions.insert_one(to_document(execution))
         except DuplicateKeyError:
-            raise Conflict(f"job {job.id} exists") from None
-        return job
+            return False
+        return True
+
+    async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
+        ids = list(dict.fromkeys(execution_ids))
+        if not ids:
+            return []
+        with _translated("get executions"):
+            docs = await self._executions.find({ID: {"$in": ids}}).to_list()
+        return [from_document(d, Execution) for d in docs]
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         with _translated("get job"):
@@ -591,7 +767,8 @@ class MongoStore:
            (``lastScheduledFor`` = its scheduled time and ``nextRunAt`` = the Dispatch's
            ``next_run_at``), by this call or by a twin — the SQLite store's rule;
         4. delete the executions this call created for runs that were not advanced, while they
-           are still QUEUED, so no orphan run remains.
+           are still in the status it inserted them with (QUEUED; SKIPPED records never change),
+           so no orphan run remains.
 
         A failure between 1 and 2 leaves a QUEUED execution whose job was not advanced; the
         scheduler's retry of the same dispatch finds it (created=False) and advances the job.
@@ -604,11 +781,11 @@ class MongoStore:
             await self._jobs.bulk_write([advance_op(d, now) for d in runs], ordered=True)
         advanced = await self._advanced(runs)
         orphans = [
-            d.execution.id
+            d.execution
             for d, ok, new in zip(runs, advanced, inserted, strict=True)
             if new and not ok
         ]
-        kept = await self._delete_queued(orphans)
+        kept = await self._delete_unchanged(orphans)
         return [
             DispatchOutcome(created=new and (ok or d.execution.id in kept), advanced=ok)
             for d, ok, new in zip(runs, advanced, inserted, strict=True)
@@ -637,17 +814,26 @@ class MongoStore:
             runs, {d[ID]: (d.get("lastScheduledFor"), d.get("nextRunAt")) for d in docs}
         )
 
-    async def _delete_queued(self, execution_ids: list[str]) -> set[str]:
-        """Delete those of ``execution_ids`` that are still QUEUED; return the ones kept."""
-        if not execution_ids:
+    async def _delete_unchanged(self, executions: list[Execution]) -> set[str]:
+        """Delete those of ``executions`` still in the status they were inserted with (one
+        delete per status); return the ids of the ones kept."""
+        if not executions:
             return set()
+        by_status: dict[str, list[str]] = {}
+        for e in executions:
+            by_status.setdefault(e.status.value, []).append(e.id)
         with _translated("delete orphan executions"):
-            result = await self._executions.delete_many(
-                {ID: {"$in": execution_ids}, "status": ExecutionStatus.QUEUED.value}
-            )
-            if result.deleted_count == len(execution_ids):
+            deleted = 0
+            for status, of_status in by_status.items():
+                result = await self._executions.delete_many(
+                    {ID: {"$in": of_status}, "status": status}
+                )
+                deleted += result.deleted_count
+            if deleted == len(executions):
                 return set()
-            kept = await self._executions.find({ID: {"$in": execution_ids}}, {ID: 1}).to_list()
+            kept = await self._executions.find(
+                {ID: {"$in": [e.id for e in executions]}}, {ID: 1}
+            ).to_list()
         ids = {d[ID] for d in kept}
         log.warning("dispatch: kept %d execution(s) that moved on meanwhile: %s", len(ids), ids)
         return ids
@@ -704,6 +890,17 @@ class MongoStore:
             duplicates = _duplicate_indexes(e)
             return e.details.get("nModified", 0) + e.details.get("nUpserted", 0), sorted(duplicates)
         return result.modified_count + result.upserted_count, []
+
+
+_DUPLICATE_INDEX = re.compile(r"index: (\S+) dup key")
+
+
+def _duplicate_index(error: DuplicateKeyError) -> str | None:
+    """The name of the unique index a duplicate-key error is about, when the server names it
+    (``E11000 duplicate key error collection: db.jobs index: <name> dup key: {…}``)."""
+    details = error.details or {}
+    match = _DUPLICATE_INDEX.search(str(details.get("errmsg") or error))
+    return match.group(1) if match else None
 
 
 def _duplicate_indexes(error: BulkWriteError) -> set[int]:

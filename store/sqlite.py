@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_error TEXT,
     last_execution_id TEXT,
     last_scheduled_for INTEGER,
+    last_dispatched_for INTEGER,
     last_run_scheduled_for INTEGER,
     run_count INTEGER NOT NULL DEFAULT 0,
     spec BLOB NOT NULL,
@@ -118,6 +119,7 @@ MIGRATIONS = (
     ("executions", "extra", "BLOB"),
     ("jobs", "idempotency_key", "TEXT"),
     ("jobs", "request_hash", "TEXT"),
+    ("jobs", "last_dispatched_for", "INTEGER"),
 )
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
@@ -128,7 +130,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
 JOB_COLUMNS = (
     "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
     "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec, "
-    "idempotency_key"
+    "idempotency_key, last_dispatched_for"
 )
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
@@ -177,7 +179,8 @@ WHERE id = :job_id
 """
 
 ADVANCE = """
-UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?
+UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?,
+    last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
 WHERE id = ? AND next_run_at = ?
 """
 
@@ -269,6 +272,7 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         last_error=row["last_error"],
         last_execution_id=row["last_execution_id"],
         last_scheduled_for=_dt(row["last_scheduled_for"]),
+        last_dispatched_for=_dt(row["last_dispatched_for"]),
         run_count=row["run_count"],
         idempotency_key=row["idempotency_key"],
     )
@@ -291,6 +295,7 @@ def _job_row(job: Job) -> tuple[Any, ...]:
         job.run_count,
         _spec_encoder.encode(_spec_of(job)),
         job.idempotency_key,
+        _ms(job.last_dispatched_for),
     )
 
 
@@ -688,6 +693,8 @@ class SqliteStore:
                         _ms(d.next_run_at),
                         to_epoch_ms(d.execution.scheduled_for),
                         now,
+                        d.execution.status == ExecutionStatus.QUEUED,
+                        to_epoch_ms(d.execution.scheduled_for),
                         d.execution.job_id,
                         to_epoch_ms(d.expected_next_run_at),
                     )

@@ -9,7 +9,10 @@ loop once before it runs, so concurrent tasks interleave between operations the 
 between round trips; each single-document operation is atomic, as on a server.
 
 Returned documents carry aware UTC datetimes, as a real client created with ``tz_aware=True,
-tzinfo=UTC`` does.
+tzinfo=UTC`` does. A duplicate key on insert raises the server's error shape (``errmsg`` naming
+the index, ``keyPattern``, ``keyValue``), which mongomock's bare error lacks; creating an index is
+a no-op when it exists, and a partial unique index checks only the documents its filter selects
+(mongomock checks every document).
 
 What this fake CANNOT prove — only a real replica set can:
 
@@ -34,7 +37,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import mongomock
-from pymongo import DeleteMany, DeleteOne, IndexModel, InsertOne, ReplaceOne, UpdateMany, UpdateOne
+from mongomock import filtering as mongomock_filtering
+from pymongo import (
+    DeleteMany,
+    DeleteOne,
+    IndexModel,
+    InsertOne,
+    ReplaceOne,
+    ReturnDocument,
+    UpdateMany,
+    UpdateOne,
+)
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 from pymongo.results import (
     BulkWriteResult,
@@ -83,6 +96,10 @@ class _Shared:
                 if fault.times <= 0:
                     self.faults.remove(fault)
                 raise fault.error
+
+
+_matches: Any = mongomock_filtering.filter_applies
+"""``_matches(filter, document)``: whether a document satisfies a query filter (mongomock's)."""
 
 
 def _utc(value: Any) -> Any:
@@ -158,8 +175,53 @@ class FakeAsyncCollection:
         for model in models:
             doc = dict(model.document)
             keys = list(doc.pop("key").items())
-            names.append(self._c.create_index(keys, **doc))
+            existing = self._c.index_information().get(doc["name"])
+            wanted = {"key": keys, **{k: v for k, v in doc.items() if k != "name"}}
+            if existing is not None and {k: v for k, v in existing.items() if k != "v"} == wanted:
+                names.append(doc["name"])
+                continue
+            partial = doc.get("partialFilterExpression")
+            if doc.get("unique") and partial is not None:
+                self._check_unique([k for k, _ in keys], partial)
+                doc.pop("unique")
+                names.append(self._c.create_index(keys, **doc))
+                self._c._store.indexes[doc["name"]]["unique"] = True  # past mongomock's full check
+            else:
+                names.append(self._c.create_index(keys, **doc))
         return names
+
+    def _check_unique(self, keys: list[str], partial: Mapping[str, Any]) -> None:
+        seen: set[str] = set()
+        for d in self._c.find(partial):
+            value = repr([d.get(k) for k in keys])
+            if value in seen:
+                raise DuplicateKeyError(f"E11000 duplicate key error: {value}", 11000)
+            seen.add(value)
+
+    def _duplicate(self, document: Mapping[str, Any]) -> DuplicateKeyError:
+        """The error a server raises for inserting ``document`` over an existing one."""
+        for name, info in self._c.index_information().items():
+            if name != "_id_" and not info.get("unique"):
+                continue
+            partial = info.get("partialFilterExpression") or {}
+            if partial and not _matches(partial, document):
+                continue
+            value = {k: document.get(k) for k, _ in info["key"]}
+            if self._c.count_documents({"$and": [partial, value]}) == 0:
+                continue
+            message = (
+                f"E11000 duplicate key error collection: {self._c.full_name} index: {name} "
+                f"dup key: {value}"
+            )
+            details = {
+                "index": 0,
+                "code": 11000,
+                "errmsg": message,
+                "keyPattern": dict(info["key"]),
+                "keyValue": value,
+            }
+            return DuplicateKeyError(message, 11000, details)
+        return DuplicateKeyError("E11000 duplicate key error", 11000)  # pragma: no cover
 
     async def index_information(self) -> dict[str, Any]:
         await self._enter("index_information")
@@ -167,7 +229,13 @@ class FakeAsyncCollection:
 
     async def insert_one(self, document: Document) -> InsertOneResult:
         await self._enter("insert_one")
-        result: InsertOneResult = self._c.insert_one(dict(document))
+        return self._insert(document)
+
+    def _insert(self, document: Document) -> InsertOneResult:
+        try:
+            result: InsertOneResult = self._c.insert_one(dict(document))
+        except DuplicateKeyError:
+            raise self._duplicate(document) from None
         return result
 
     async def insert_many(self, documents: Iterable[Document], ordered: bool = True) -> Any:
@@ -205,12 +273,34 @@ class FakeAsyncCollection:
         docs = list(self._c.aggregate(stages))
         return FakeCursor(self._shared, self.name, lambda _s, _l: docs)
 
+    async def find_one_and_update(
+        self,
+        filter: Mapping[str, Any],
+        update: Mapping[str, Any],
+        projection: Mapping[str, Any] | None = None,
+        return_document: bool = ReturnDocument.BEFORE,
+    ) -> Document | None:
+        await self._enter("find_one_and_update")
+        self._log("find_one_and_update", filter)
+        doc: Document | None = _utc(
+            self._c.find_one_and_update(
+                filter, update, projection=projection, return_document=return_document
+            )
+        )
+        return doc
+
     async def update_one(
         self, filter: Mapping[str, Any], update: Mapping[str, Any], upsert: bool = False
     ) -> UpdateResult:
         await self._enter("update_one")
         self._log("update_one", filter)
         result: UpdateResult = self._c.update_one(filter, update, upsert=upsert)
+        return result
+
+    async def delete_one(self, filter: Mapping[str, Any]) -> DeleteResult:
+        await self._enter("delete_one")
+        self._log("delete_one", filter)
+        result: DeleteResult = self._c.delete_one(filter)
         return result
 
     async def delete_many(self, filter: Mapping[str, Any]) -> DeleteResult:
@@ -255,7 +345,7 @@ class FakeAsyncCollection:
 
     def _apply(self, index: int, op: Any, details: Document) -> None:
         if isinstance(op, InsertOne):
-            self._c.insert_one(dict(op._doc))
+            self._insert(op._doc)
             details["nInserted"] += 1
         elif isinstance(op, UpdateOne | UpdateMany | ReplaceOne):
             self._log("bulk_write", op._filter)
@@ -329,8 +419,8 @@ class FakeAsyncMongoClient:
 
     ``fail(error, op=…, times=…, skip=…)`` makes ``times`` calls of ``op``, after ``skip`` more
     succeeded, raise ``error``; ``op`` is one of ``find`` (cursors), ``find_one``, ``insert_one``,
-    ``insert_many``, ``update_one``, ``bulk_write``, ``delete_many``, ``aggregate``, ``command``,
-    ``create_indexes``, or None for any. ``queries`` logs every filter (and sort) the store sent.
+    ``insert_many``, ``find_one_and_update``, ``update_one``, ``bulk_write``, ``delete_one``,
+    ``delete_many``, ``aggregate``, ``command``, ``create_indexes``, or None for any. ``queries`` logs every filter (and sort) the store sent.
     """
 
     def __init__(self) -> None:

@@ -487,8 +487,14 @@ async def test_first_dispatch_inserts_the_run_and_advances_the_job(store: JobSto
     assert stored.status == QUEUED
     got = await store.get_job(OWNER, job.id)
     assert (got.next_run_at, got.last_scheduled_for, got.run_count) == (at(2), at(1), 1)
+    assert got.last_dispatched_for == got.last_scheduled_for
     unchanged = msgspec.structs.replace(
-        got, next_run_at=at(1), last_scheduled_for=None, run_count=0, updated_at=job.updated_at
+        got,
+        next_run_at=at(1),
+        last_scheduled_for=None,
+        last_dispatched_for=None,
+        run_count=0,
+        updated_at=job.updated_at,
     )
     assert unchanged == job
     assert [j.id for j in await store.due_jobs({0}, at(1, 59), limit=10)] == []

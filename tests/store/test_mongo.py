@@ -19,6 +19,8 @@ injected, never produced by an election).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import random
 import subprocess
@@ -48,6 +50,7 @@ from pymongo.write_concern import WriteConcern
 from core.errors import Conflict, JobNotFound, StoreUnavailable
 from core.ids import execution_id
 from core.model import (
+    TERMINAL_RANK,
     CronSchedule,
     Execution,
     ExecutionStatus,
@@ -55,18 +58,38 @@ from core.model import (
     IntervalSchedule,
     Job,
     JobStatus,
+    MisfirePolicy,
+    Missed,
     OnceSchedule,
+    OverlapPolicy,
+    Page,
+    RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.ports import (
+    UNCHANGED,
+    Dispatch,
+    DispatchOutcome,
+    IdempotencyKeyReused,
+    JobChange,
+    JobQuery,
+    JobSpec,
+    JobStatusConflict,
+)
+from store import sqlite
 from store.mongo import (
     EXECUTIONS,
     ID,
+    IDEMPOTENCY_INDEX,
     INDEXES,
+    JOB_STATUS_AFTER,
     JOBS,
+    REQUEST_HASH,
     MongoStore,
     database_name,
     from_document,
+    key_query,
+    spec_fields,
     to_document,
 )
 from store.mongo_queries import (
@@ -108,6 +131,7 @@ def job(
     next_run_at: datetime | None = T0,
     created_at: datetime = T0,
     partition: int = 1,
+    **fields: Any,
 ) -> Job:
     return Job(
         id=job_id,
@@ -119,6 +143,7 @@ def job(
         created_at=created_at,
         updated_at=created_at,
         next_run_at=next_run_at,
+        **fields,
     )
 
 
@@ -237,6 +262,115 @@ def _fields(ex: Execution) -> dict[str, Any]:
     return {f: getattr(ex, f) for f in ex.__struct_fields__}
 
 
+CONTROL_SCHEDULE = CronSchedule(
+    expression="0 8 * * 1-5",
+    timezone="Europe/Berlin",
+    gap="skip",
+    fold="both",
+    start_at=at(1),
+    end_at=at(90),
+    jitter_seconds=2.5,
+)
+CONTROL_SPEC = JobSpec(
+    task_id="generate_report",
+    schedule=CONTROL_SCHEDULE,
+    parameters={"reportType": "stock"},
+    queue="reports",
+    max_attempts=4,
+    timeout_seconds=90.0,
+    misfire_policy=MisfirePolicy.SKIP,
+    misfire_grace_seconds=5.0,
+    max_catch_up=3,
+    overlap_policy=OverlapPolicy.REPLACE,
+)
+
+
+async def test_a_job_stores_its_policies_key_and_request_hash(store: MongoStore) -> None:
+    j = job(
+        "keyed",
+        schedule=CONTROL_SCHEDULE,
+        misfire_policy=MisfirePolicy.SKIP,
+        misfire_grace_seconds=5.0,
+        max_catch_up=3,
+        overlap_policy=OverlapPolicy.REPLACE,
+        idempotency_key="key-1",
+    )
+    await store.create_job(j, request_hash="sha-1")
+    await store.create_job(job("plain"))
+
+    doc = await raw(store, JOBS, "keyed")
+    assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
+    assert (doc["misfirePolicy"], doc["misfireGraceSeconds"], doc["maxCatchUp"]) == ("skip", 5, 3)
+    assert doc["overlapPolicy"] == "replace"
+    assert doc["schedule"] == {
+        "type": "cron",
+        "expression": "0 8 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "gap": "skip",
+        "fold": "both",
+        "startAt": at(1),
+        "endAt": at(90),
+        "jitterSeconds": 2.5,
+    }
+    assert await store.get_job("alice", "keyed") == j  # the request hash is not part of a Job
+    plain = await raw(store, JOBS, "plain")
+    assert "idempotencyKey" not in plain and REQUEST_HASH not in plain
+
+
+async def test_a_skipped_record_stores_its_reason_trigger_jitter_and_missed_times(
+    store: MongoStore,
+) -> None:
+    j = job()
+    await store.create_job(j)
+    record = Execution(
+        **{
+            **_fields(run_of(j, T0, now=at(2))),
+            "status": ExecutionStatus.SKIPPED,
+            "state_rank": TERMINAL_RANK,
+            "trigger": RunTrigger.CATCH_UP,
+            "jitter_ms": 1500,
+            "skip_reason": "misfire: missed the grace period",
+            "missed": Missed(count=4, first=at(-3), last=T0, policy="skip"),
+        }
+    )
+    await store.dispatch([Dispatch(record, expected_next_run_at=T0, next_run_at=at(1))])
+
+    doc = await raw(store, EXECUTIONS, record.id)
+    assert (doc["status"], doc["stateRank"]) == ("SKIPPED", TERMINAL_RANK)
+    assert (doc["trigger"], doc["jitterMs"], doc["skipReason"]) == (
+        "catchUp",
+        1500,
+        "misfire: missed the grace period",
+    )
+    assert doc["missed"] == {"count": 4, "first": at(-3), "last": T0, "policy": "skip"}
+    assert await store.get_execution(record.id) == record
+
+
+async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_at(
+    store: MongoStore,
+) -> None:
+    j = job(next_run_at=at(5), idempotency_key="key-1")
+    await store.create_job(j, request_hash="sha-1")
+    change = JobChange("changed", status=JobStatus.PAUSED, next_run_at=None, spec=CONTROL_SPEC)
+
+    await store.update_job("alice", j.id, change, now=at(1))
+
+    doc = await raw(store, JOBS, j.id)
+    fields = spec_fields(CONTROL_SPEC)
+    assert {k: doc[k] for k in fields} == fields
+    as_created = msgspec.structs.replace(
+        job("other"), **{f.name: getattr(CONTROL_SPEC, f.name) for f in dataclasses.fields(JobSpec)}
+    )
+    assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
+    assert "nextRunAt" not in doc
+    assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
+    assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
+
+
+def test_a_job_with_no_run_left_takes_the_status_the_sqlite_store_gives_it() -> None:
+    assert JOB_STATUS_AFTER == sqlite.JOB_STATUS_AFTER
+
+
 def test_database_name_comes_from_the_url_path() -> None:
     assert database_name("mongodb://db.example:27017/prod?replicaSet=rs0") == "prod"
     assert database_name("mongodb://a:1,b:2,c:3/?replicaSet=rs0") == "jobsched"
@@ -273,6 +407,9 @@ async def test_declared_indexes_exist(store: MongoStore) -> None:
             assert bool(info[name].get("unique")) == spec.unique, name
     assert INDEXES_BY_NAME["jobs_due"].partial == {"nextRunAt": {"$type": "date"}}
     assert INDEXES_BY_NAME["executions_open"].partial == {"stateRank": {"$lt": 1_000_000}}
+    keyed = INDEXES_BY_NAME[IDEMPOTENCY_INDEX]
+    assert keyed.unique and keyed.partial == {"idempotencyKey": {"$type": "string"}}
+    assert [k for k, _ in keyed.keys] == ["owner", "idempotencyKey"]
 
 
 async def test_open_is_idempotent(store: MongoStore) -> None:
@@ -283,6 +420,21 @@ async def test_open_is_idempotent(store: MongoStore) -> None:
 def _client_of(store: MongoStore) -> AsyncMongoClient[Any]:
     assert store._client is not None
     return store._client
+
+
+async def test_open_builds_the_key_index_over_jobs_created_before_it(store: MongoStore) -> None:
+    """An upgrade: jobs without keys exist when ``open`` first creates the unique key index."""
+    for i in range(3):
+        await store.create_job(job(f"old-{i}"))
+    cast("FakeAsyncCollection", store.database[JOBS])._c.drop_index(IDEMPOTENCY_INDEX)
+
+    upgraded = MongoStore("mongodb://fake.invalid/jobsched", client=_client_of(store))
+    await upgraded.open()
+
+    assert IDEMPOTENCY_INDEX in await store.database[JOBS].index_information()
+    await upgraded.create_job(job("new-1", idempotency_key="k"))
+    with pytest.raises(IdempotencyKeyReused):
+        await upgraded.create_job(job("new-2", idempotency_key="k"))
 
 
 INDEXES_BY_NAME = {i.name: i for i in INDEXES}
@@ -333,7 +485,9 @@ def serving_index(
                 for f, c in conditions.items()
             }
             conditions = {f: c for f, c in conditions.items() if c != {}}
-        eq = {f for f, c in conditions.items() if not isinstance(c, dict) or set(c) <= {"$in"}}
+        eq = {
+            f for f, c in conditions.items() if not isinstance(c, dict) or set(c) <= {"$in", "$eq"}
+        }
         ranges = {f for f, c in conditions.items() if isinstance(c, dict) and set(c) & RANGE_OPS}
         if set(keys[: len(eq)]) != eq or not ranges <= set(keys):
             continue
@@ -374,6 +528,10 @@ def test_serving_index_rejects_unindexed_queries() -> None:
     assert serving_index(JOBS, {"owner": "a"}, (("createdAt", -1), ("_id", -1))) == (
         "jobs_owner_created"
     )
+    # the key lookup must repeat the partial filter, or the partial index cannot serve it
+    assert serving_index(JOBS, {"owner": "a", "idempotencyKey": "k"}) is None
+    assert serving_index(JOBS, {"idempotencyKey": {"$type": "string", "$eq": "k"}}) is None
+    assert serving_index(JOBS, key_query("a", "k")) == IDEMPOTENCY_INDEX
 
 
 async def test_every_query_of_every_method_is_served_by_an_index(
@@ -403,6 +561,22 @@ async def test_every_query_of_every_method_is_served_by_an_index(
                                   limit=2, cursor=None)  # fmt: skip
     page2 = await store.list_executions("alice", "j1", limit=1, cursor=None)
     await store.list_executions("alice", "j1", limit=1, cursor=page2.next_cursor)
+    await store.create_job(job("keyed", idempotency_key="k-1"), request_hash="h")
+    with pytest.raises(IdempotencyKeyReused):
+        await store.create_job(job("keyed-2", idempotency_key="k-1"), request_hash="h")
+    pause = JobChange("paused", allowed_from=frozenset({JobStatus.SCHEDULED}),
+                      status=JobStatus.PAUSED, next_run_at=None, spec=CONTROL_SPEC)  # fmt: skip
+    await store.update_job("alice", "j5", pause, now=at(20))
+    with pytest.raises(JobStatusConflict):
+        await store.update_job("alice", "j5", pause, now=at(21))
+    manual = run_of(jobs[5], at(30))
+    await store.insert_execution(manual)
+    await store.insert_execution(manual)
+    await store.get_executions([manual.id, ds[0].execution.id])
+    skipped = Execution(**{**_fields(run_of(jobs[5], at(5))), "status": ExecutionStatus.SKIPPED,
+                           "state_rank": TERMINAL_RANK})  # fmt: skip
+    await store.dispatch([Dispatch(skipped, expected_next_run_at=at(5), next_run_at=at(6))])
+    await store.delete_job("alice", "j5")
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
         runs_by_status_per_hour(T0, at(60), owner="alice"),
@@ -473,6 +647,12 @@ CALLS: dict[str, StoreCall] = {
     "stale_executions": lambda s: s.stale_executions({1}, at(5), limit=5),
     "dispatch": lambda s: s.dispatch([D]),
     "apply_events": lambda s: s.apply_events([event(D.execution, ExecutionStatus.RUNNING)]),
+    "update_job": lambda s: s.update_job(
+        "alice", J.id, JobChange("paused", status=JobStatus.PAUSED), now=at(1)
+    ),
+    "delete_job": lambda s: s.delete_job("alice", J.id),
+    "insert_execution": lambda s: s.insert_execution(D.execution),
+    "get_executions": lambda s: s.get_executions([D.execution.id]),
 }
 
 
@@ -533,6 +713,130 @@ async def test_a_failure_at_any_step_is_unavailable_and_a_retry_completes(call: 
         assert ex is not None and (got.run_count, got.next_run_at) == (1, at(1)), step
         if call == "apply_events":
             assert ex.status == ExecutionStatus.RUNNING and got.status == JobStatus.RUNNING
+
+
+KEYED = job("keyed-err", idempotency_key="err-key")
+CONTROL_CALLS: dict[str, StoreCall] = {
+    "create_job-reused-key": lambda s: s.create_job(job("new", idempotency_key="err-key")),
+    "update_job-conflict": lambda s: s.update_job(
+        "alice", KEYED.id, JobChange("resumed", allowed_from=frozenset()), now=at(1)
+    ),
+    "update_job-not-found": lambda s: s.update_job(
+        "bob", KEYED.id, JobChange("resumed"), now=at(1)
+    ),
+    "delete_job": lambda s: s.delete_job("alice", KEYED.id),
+}
+
+
+async def _keyed_store() -> tuple[MongoStore, FakeAsyncMongoClient]:
+    fake = FakeAsyncMongoClient()
+    s = MongoStore("mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake))
+    await s.open()
+    await s.create_job(KEYED)
+    return s, fake
+
+
+@pytest.mark.parametrize("call", CONTROL_CALLS)
+async def test_every_round_trip_of_job_control_is_translated(call: str) -> None:
+    """A driver error at any round trip (including the reads that explain a refused write)
+    is StoreUnavailable, never a domain error built on a half-read."""
+    s, fake = await _keyed_store()
+    before = fake.calls
+    with contextlib.suppress(IdempotencyKeyReused, JobStatusConflict, JobNotFound):
+        await CONTROL_CALLS[call](s)
+    steps = fake.calls - before
+    assert steps >= 2
+    for step in range(steps):
+        s, fake = await _keyed_store()
+        fake.fail(AutoReconnect("connection reset"), skip=step)
+        with pytest.raises(StoreUnavailable):
+            await CONTROL_CALLS[call](s)
+
+
+async def test_a_duplicate_key_the_server_does_not_name_is_resolved_by_reading(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    held = job("held", idempotency_key="k")
+    await store.create_job(held, request_hash="h")
+    unnamed = DuplicateKeyError("E11000 duplicate key error", 11000)
+    fake.fail(unnamed, op="insert_one")
+    with pytest.raises(IdempotencyKeyReused) as info:
+        await store.create_job(job("new", idempotency_key="k"), request_hash="h")
+    assert info.value.job == held and info.value.same_request
+    fake.fail(unnamed, op="insert_one")
+    with pytest.raises(Conflict) as conflict:
+        await store.create_job(job("new", idempotency_key="free"))
+    assert not isinstance(conflict.value, IdempotencyKeyReused)
+
+
+async def test_a_key_whose_job_vanished_meanwhile_is_inserted_again(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    """The key's index reported a duplicate, but its holder was deleted before the read."""
+    message = f"E11000 duplicate key error collection: jobsched.jobs index: {IDEMPOTENCY_INDEX}"
+    details = {"code": 11000, "errmsg": message + " dup key: { owner: ..., idempotencyKey: ... }"}
+    fake.fail(DuplicateKeyError(message, 11000, details), op="insert_one")
+    j = job("new", idempotency_key="k")
+
+    assert await store.create_job(j, request_hash="h") == j
+
+    assert await store.get_job("alice", "new") == j
+
+
+async def test_a_duplicate_id_is_a_conflict_even_with_a_new_key(store: MongoStore) -> None:
+    await store.create_job(job("j1", idempotency_key="k1"))
+    with pytest.raises(Conflict) as info:
+        await store.create_job(job("j1", idempotency_key="k2"))
+    assert not isinstance(info.value, IdempotencyKeyReused)
+
+
+async def test_update_job_retries_when_the_status_becomes_allowed_meanwhile(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conditional write misses a SCHEDULED job, which another gateway pauses before the
+    read: the read sees an allowed status, so the write is tried again (no false conflict)."""
+    j = job()
+    await store.create_job(j)
+    collection = cast("FakeAsyncCollection", store.database[JOBS])
+    original = collection.find_one_and_update
+    calls: list[Mapping[str, Any]] = []
+
+    async def racing(filter: Mapping[str, Any], update: Mapping[str, Any], **kw: Any) -> Any:
+        calls.append(filter)
+        result = await original(filter, update, **kw)
+        if len(calls) == 1:
+            collection._c.update_one({ID: j.id}, {"$set": {"status": "PAUSED"}})
+        return result
+
+    monkeypatch.setattr(collection, "find_one_and_update", racing)
+    resume = JobChange("resumed", allowed_from=frozenset({JobStatus.PAUSED}),
+                       status=JobStatus.SCHEDULED, next_run_at=at(9))  # fmt: skip
+
+    after = await store.update_job("alice", j.id, resume, now=at(1))
+
+    assert len(calls) == 2
+    assert (after.status, after.next_run_at, after.updated_at) == (
+        JobStatus.SCHEDULED,
+        at(9),
+        at(1),
+    )
+
+
+async def test_update_job_gives_up_as_unavailable_when_the_job_keeps_changing(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.create_job(job())
+    collection = cast("FakeAsyncCollection", store.database[JOBS])
+
+    async def always_missed(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(collection, "find_one_and_update", always_missed)
+    with pytest.raises(StoreUnavailable):
+        await store.update_job(
+            "alice", "j1", JobChange("paused", allowed_from=frozenset({JobStatus.SCHEDULED})),
+            now=at(1),
+        )  # fmt: skip
 
 
 async def test_duplicate_job_is_a_conflict(store: MongoStore, fake: FakeAsyncMongoClient) -> None:
@@ -789,6 +1093,8 @@ RUN_STATUSES = [
     ExecutionStatus.RETRYING,
     ExecutionStatus.SUCCEEDED,
     ExecutionStatus.FAILED,
+    ExecutionStatus.CANCELLED,
+    ExecutionStatus.SKIPPED,
 ]
 
 
@@ -809,10 +1115,16 @@ class Scenario:
         for s in self.stores:
             try:
                 result = await getattr(s, method)(*args, **kwargs)
+            except IdempotencyKeyReused as e:
+                result = (type(e), e.job, e.same_request)
+            except JobStatusConflict as e:
+                result = (type(e), e.job_status)
             except (JobNotFound, Conflict) as e:
                 result = type(e)
             if method == "get_jobs":
                 result = sorted(result, key=lambda j: j.id)
+            elif method == "get_executions":
+                result = sorted(result, key=lambda e: e.id)
             elif method == "stale_executions":  # equal updatedAt: any order
                 result = sorted(result, key=lambda e: (e.updated_at, e.id))
             results.append(result)
@@ -840,9 +1152,39 @@ class Scenario:
             next_run_at=self.fresh_time(),
             created_at=self.fresh_time(),
             partition=self.rng.randrange(4),
+            idempotency_key=self.rng.choice([None, None, "k1", "k2"]),
         )
         self.jobs.append(j)
-        await self.both("create_job", j)
+        await self.both("create_job", j, request_hash=self.rng.choice([None, "h1", "h2"]))
+
+    async def control(self) -> None:
+        """A pause, resume, cancel or PATCH of a random job (sometimes another owner's)."""
+        j = self.rng.choice(self.jobs)
+        owner = j.owner if self.rng.random() < 0.9 else "mallory"
+        allowed = None
+        if self.rng.random() < 0.7:
+            allowed = frozenset(self.rng.sample(list(JobStatus), self.rng.randint(0, 4)))
+        status = self.rng.choice([None, *JobStatus])
+        nxt = self.rng.choice([UNCHANGED, None, self.fresh_time()])
+        spec = CONTROL_SPEC if self.rng.random() < 0.3 else None
+        self.now += timedelta(milliseconds=self.rng.randrange(1, 5000))
+        change = JobChange("changed", allowed_from=allowed, status=status, next_run_at=nxt,
+                           spec=spec)  # fmt: skip
+        await self.both("update_job", owner, j.id, change, now=self.now)
+
+    async def delete(self) -> None:
+        j = self.rng.choice(self.jobs)
+        await self.both("delete_job", self.rng.choice([j.owner, "mallory"]), j.id)
+
+    async def manual(self) -> None:
+        found = await self.both("get_jobs", [self.rng.choice(self.jobs).id])
+        for j in found:
+            self.now += timedelta(milliseconds=self.rng.randrange(1, 5000))
+            ex = Execution(**{**_fields(run_of(j, self.now)), "id": f"{j.id}:{self.now}!manual",
+                              "trigger": RunTrigger.MANUAL})  # fmt: skip
+            self.runs[ex.id] = ex
+            await self.both("insert_execution", ex)
+            await self.both("insert_execution", ex)
 
     async def dispatch(self) -> None:
         picked = self.rng.sample(self.jobs, min(len(self.jobs), self.rng.randint(1, 4)))
@@ -854,6 +1196,11 @@ class Scenario:
                 expected = self.fresh_time()  # stale or wrong: the CAS fails
             nxt = None if self.rng.random() < 0.3 else self.fresh_time()
             ex = run_of(j, expected, now=self.now)
+            if self.rng.random() < 0.2:
+                missed = Missed(count=2, first=expected - MIN, last=expected, policy="skip")
+                ex = Execution(**{**_fields(ex), "status": ExecutionStatus.SKIPPED,
+                                  "state_rank": TERMINAL_RANK, "skip_reason": "misfire",
+                                  "missed": missed})  # fmt: skip
             self.runs[ex.id] = ex
             runs.append(Dispatch(ex, expected_next_run_at=expected, next_run_at=nxt))
         await self.both("dispatch", runs)
@@ -895,11 +1242,12 @@ class Scenario:
             cursor = None
             while True:
                 page = await self.both("list_executions", j.owner, j.id, limit=2, cursor=cursor)
-                if page.next_cursor is None:
-                    break
+                if not isinstance(page, Page) or page.next_cursor is None:
+                    break  # the last page, or JobNotFound: a deleted job
                 cursor = page.next_cursor
         for ex_id in self.runs:
             await self.both("get_execution", ex_id)
+        await self.both("get_executions", [*self.runs, "unknown"])
         parts = set(self.rng.sample(range(4), self.rng.randint(1, 4)))
         await self.both("due_jobs", parts, self.fresh_time(), limit=100)
         await self.both("stale_executions", parts, self.now, limit=1000)
@@ -920,8 +1268,14 @@ async def test_same_answers_as_the_sqlite_store(tmp_path: Path, seed: int) -> No
             action = sc.rng.random()
             if action < 0.1:
                 await sc.create()
-            elif action < 0.45:
+            elif action < 0.4:
                 await sc.dispatch()
+            elif action < 0.5:
+                await sc.control()
+            elif action < 0.52:
+                await sc.delete()
+            elif action < 0.57:
+                await sc.manual()
             else:
                 await sc.events()
             if step % 20 == 19:

@@ -99,7 +99,12 @@ def locked(db: Path) -> Iterator[None]:
 
 
 def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    """Threads started since ``before`` that are still alive a second later (a closed
+    connection's thread may need a moment to finish after ``close()`` returned)."""
+    new = [t for t in threading.enumerate() if t not in before]
+    for t in new:
+        t.join(timeout=1.0)
+    return [t for t in new if t.is_alive()]
 
 
 @pytest.fixture
