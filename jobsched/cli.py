@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import click
 import msgspec
@@ -415,6 +416,66 @@ def get(job_id: str, executions: bool, url: str | None, token: str | None) -> No
         return {"job": msgspec.to_builtins(job), "executions": msgspec.to_builtins(runs.items)}
 
     _echo_json(_call(url, token, go))
+
+
+def _control(name: str, help_text: str) -> None:
+    @main.command(name=name, help=help_text)
+    @click.argument("job_id")
+    @_client_options
+    def command(job_id: str, url: str | None, token: str | None) -> None:
+        method = getattr(JobschedClient, f"{name}_job")
+        result = _call(url, token, lambda c: method(c, job_id))
+        if result is None:
+            click.echo(f"job {job_id} deleted")
+        else:
+            _echo_json(result)
+
+
+_control("pause", "Pause a job: no run starts until it is resumed.")
+_control("resume", "Resume a paused job from now (missed runs are not replayed).")
+_control("cancel", "Cancel a job: no further runs; a running run is cancelled.")
+_control("trigger", "Run a job once now, in addition to its schedule.")
+_control("delete", "Delete a job and its history (its runs are cancelled).")
+
+
+@main.command()
+@click.argument("expression")
+@click.option("--timezone", "tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--after", default=None, help="RFC 3339 instant [default: now].")
+@click.option("--count", type=int, default=10, show_default=True)
+@click.option("--gap", type=click.Choice(["shift", "skip"]), default="shift", show_default=True)
+@click.option("--fold", type=click.Choice(["once", "both"]), default="once", show_default=True)
+@_client_options
+def preview(
+    expression: str,
+    tz: str,
+    after: str | None,
+    count: int,
+    gap: str,
+    fold: str,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Print the next fire times of a cron EXPRESSION (UTC and local)."""
+    start = datetime.fromisoformat(after) if after else None
+    times = _call(
+        url,
+        token,
+        lambda c: c.preview(expression, timezone=tz, after=start, count=count, gap=gap, fold=fold),
+    )
+    zone = ZoneInfo(tz)
+    for t in times:
+        click.echo(f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')}  {t.astimezone(zone).isoformat()}")
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--count", type=int, default=10, show_default=True)
+@_client_options
+def upcoming(job_id: str, count: int, url: str | None, token: str | None) -> None:
+    """Print a job's next scheduled times (UTC)."""
+    for t in _call(url, token, lambda c: c.upcoming(job_id, count=count)):
+        click.echo(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 @main.command()
