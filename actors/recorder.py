@@ -17,10 +17,13 @@ import msgspec
 
 from bus.nats import Bus, ConsumerMissing, Delivery, status_decoder
 from core.errors import BusUnavailable, StoreUnavailable
-from core.model import TERMINAL_EXECUTION_STATUSES, StatusEvent
+from core.model import TERMINAL_EXECUTION_STATUSES, ExecutionStatus, StatusEvent
 from core.ports import JobStore
 
 log = logging.getLogger(__name__)
+
+UNRECORDED = frozenset({ExecutionStatus.QUEUED, ExecutionStatus.SKIPPED})
+"""Run events the store holds already (the scheduler wrote them): published for live clients."""
 
 
 class Recorder:
@@ -75,8 +78,10 @@ class Recorder:
         good: list[Delivery] = []
         for d in deliveries:
             try:
-                events.append(status_decoder.decode(d.data))
+                event = status_decoder.decode(d.data)
                 good.append(d)
+                if isinstance(event, StatusEvent) and event.status not in UNRECORDED:
+                    events.append(event)
             except msgspec.DecodeError as e:
                 log.error("terminating undecodable status event: %s", e)
                 with contextlib.suppress(BusUnavailable):

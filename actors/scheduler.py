@@ -35,6 +35,7 @@ from core.heap import FireHeap
 from core.ids import execution_id
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
+    Event,
     Execution,
     ExecutionStatus,
     Job,
@@ -254,6 +255,7 @@ class Scheduler:
             return
         outcomes = await self.store.dispatch(chain)
         messages: list[RunMessage] = []
+        events: list[Event] = []
         for d, outcome in zip(chain, outcomes, strict=True):
             if not outcome.advanced:
                 continue
@@ -262,8 +264,12 @@ class Scheduler:
                 messages.append(_run_message(job, d.execution, now, attempt_offset=0))
             elif d.execution.skip_reason and d.execution.missed is None:
                 log.info("run %s SKIPPED: %s", d.execution.id, d.execution.skip_reason)
+            if outcome.created:
+                events.append(_recorded_event(d.execution))
             if d.next_run_at is not None and d.next_run_at <= self._window_end:
                 self.heap.push(job.id, d.next_run_at, job.partition)
+        if events:
+            await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
         await self._publish(messages)
         self.dispatched += len(messages)
 
@@ -396,6 +402,25 @@ def _resendable(job: Job, run: Execution) -> bool:
     if run.trigger == RunTrigger.MANUAL:
         return True
     return job.last_scheduled_for is not None and job.last_scheduled_for >= run.scheduled_for
+
+
+def _recorded_event(run: Execution) -> StatusEvent:
+    """The QUEUED or SKIPPED event of a run the scheduler just recorded (for live clients)."""
+    return StatusEvent(
+        execution_id=run.id,
+        job_id=run.job_id,
+        owner=run.owner,
+        partition=run.partition,
+        task_id=run.task_id,
+        queue=run.queue,
+        status=run.status,
+        attempt=0,
+        max_attempts=run.max_attempts,
+        at=run.created_at,
+        scheduled_for=run.scheduled_for,
+        finished_at=run.finished_at,
+        error=run.skip_reason,
+    )
 
 
 def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent:

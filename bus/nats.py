@@ -54,7 +54,7 @@ from nats.js.api import (
 
 from core.errors import BusUnavailable
 from core.ids import owner_key
-from core.model import JobNotice, RunMessage, RunsFinished, StatusEvent
+from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ MSG_ID = "Nats-Msg-Id"
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
-status_decoder = msgspec.json.Decoder(StatusEvent)
+status_decoder = msgspec.json.Decoder(Event)
 notice_decoder = msgspec.json.Decoder(JobNotice)
 finished_decoder = msgspec.json.Decoder(RunsFinished)
 
@@ -587,12 +587,78 @@ class Bus:
                 subject, run_encoder.encode(event), headers={MSG_ID: msg_id}, timeout=5
             )
 
+    async def publish_events(self, events: Sequence[Event]) -> int:
+        """Publish events for live clients, pipelined and best effort; how many were stored.
+
+        Used for transitions the store already holds (job changes, QUEUED and SKIPPED runs):
+        losing one delays nobody's work, so failures are logged, not retried.
+        """
+        futures = []
+        for event in events:
+            if isinstance(event, JobEvent):
+                msg_id = f"{event.job_id}|{event.event}|{event.at.timestamp()}"
+            else:
+                msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+            try:
+                with translated("publish event"):
+                    futures.append(
+                        await self.js.publish_async(
+                            self.config.status_subject(event.owner, event.job_id),
+                            run_encoder.encode(event),
+                            headers={MSG_ID: msg_id},
+                            wait_stall=5.0,
+                        )
+                    )
+            except BusUnavailable as e:
+                log.warning("event not published: %s", e)
+        stored = 0
+        for f in futures:
+            try:
+                with translated("publish event"):
+                    async with asyncio.timeout(5):
+                        await f
+                stored += 1
+            except BusUnavailable as e:
+                log.warning("event not published: %s", e)
+        return stored
+
     async def notify(self, notice: JobNotice) -> None:
         """Core-NATS notice to a partition's owner (best effort: the safety scan covers loss)."""
         with translated("notify"):
             await self.nc.publish(
                 self.config.notify_subject(notice.partition), run_encoder.encode(notice)
             )
+
+    async def follow_events(
+        self,
+        owner: str,
+        start_seq: int | None,
+        handler: Callable[[int, bytes], Awaitable[None]],
+    ) -> Closeable:
+        """Follow the status events of ``owner``'s jobs, in stream order, from ``start_seq``
+        (None: only new ones), through a JetStream ordered consumer (gap-free; re-created by the
+        client after a reconnect). ``handler(event id, event JSON)``."""
+        subject = f"{self.config.prefix}.status.{owner_key(owner)}.>"
+        if start_seq is None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        else:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start_seq)
+            )
+
+        async def on_msg(msg: Msg) -> None:
+            await handler(int(msg.metadata.sequence.stream), msg.data)
+
+        with translated("follow events"):
+            sub = await self.js.subscribe(
+                subject,
+                stream=self.config.status_stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                config=config,
+                idle_heartbeat=5.0,
+            )
+        return Closeable(sub)
 
     async def publish_finished(self, job_ids: list[str]) -> None:
         """Core-NATS notice: runs of these jobs ended (schedulers wake buffered occurrences)."""

@@ -382,8 +382,8 @@ class RunMessage(Model, kw_only=True, frozen=True):
         return self.execution_id + suffix
 
 
-class StatusEvent(Model, kw_only=True, frozen=True):
-    """A transition of one execution, published by the actor that caused it.
+class StatusEvent(Model, kw_only=True, frozen=True, tag="run", tag_field="kind"):
+    """A transition of one execution (``kind: "run"``), published by the actor that caused it.
 
     Subject ``<prefix>.status.<owner-key>.<job-id>`` of the status stream; recorded into the store
     by the recorder; the stream sequence is the event id that live clients resume from.
@@ -411,6 +411,27 @@ class StatusEvent(Model, kw_only=True, frozen=True):
     @property
     def rank(self) -> int:
         return state_rank(self.status, self.attempt)
+
+
+JobEventType = Literal["created", "changed", "paused", "resumed", "cancelled", "deleted"]
+
+
+class JobEvent(Model, kw_only=True, frozen=True, tag="job", tag_field="kind"):
+    """A change of a job itself (``kind: "job"``), published by the gateway after the store
+    accepted it, on the same subject and stream as the job's run events (for live clients; the
+    store already holds the change)."""
+
+    job_id: str
+    owner: str
+    partition: int
+    event: JobEventType
+    status: JobStatus
+    at: datetime
+    next_run_at: datetime | None = None
+
+
+Event = StatusEvent | JobEvent
+"""Everything on the status stream."""
 
 
 class RunsFinished(Model, kw_only=True, frozen=True):

@@ -56,6 +56,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             unique among live schedulers.
         store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
             selection) before failing with "store unavailable".
+        ws_buffer_events / ws_stall_seconds: a WebSocket client that stays this many events
+            behind for this many seconds is disconnected as a slow consumer (close code 4008).
         max_body_bytes: largest accepted HTTP request body.
         drain_timeout_seconds: on SIGTERM, how long in-flight runs may finish before hand-back.
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
@@ -87,6 +89,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
     scheduler_id: str = ""
     store_timeout_seconds: Positive = 5.0
+    ws_buffer_events: PositiveInt = 1000
+    ws_stall_seconds: Positive = 5.0
     max_body_bytes: PositiveInt = 64 * 1024
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     tasks: str = "jobsched.tasks:builtin_catalog"

@@ -43,6 +43,7 @@ from core.ports import JobQuery, JobStore
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import user_from_authorization
 from gateway.service import JobService, ServiceConfig
+from gateway.ws import websocket
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class GatewayConfig:
         max_body_bytes: largest accepted request body.
         max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
         misfire_grace_s: a once job up to this many seconds in the past runs at once.
+        ws_buffer / ws_stall_s: a WebSocket client that stays this many events behind for this
+            many seconds is disconnected (slow consumer).
     """
 
     auth_secret: str
@@ -74,6 +77,8 @@ class GatewayConfig:
     max_body_bytes: int = 64 * 1024
     max_attempts_limit: int = 20
     misfire_grace_s: float = schedules.DEFAULT_MISFIRE_GRACE_S
+    ws_buffer: int = 1000
+    ws_stall_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +97,8 @@ DEPS = web.AppKey("deps", GatewayDeps)
 SERVICE = web.AppKey("service", JobService)
 USER = web.RequestKey("user", str)
 REQUEST_ID = web.RequestKey("request_id", str)
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/ws", "/openapi.json", "/docs", "/metrics"})
+"""No bearer token needed: health, the API description, and /ws (which authenticates itself)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -127,6 +133,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/jobs/{job_id}/upcoming", upcoming)
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
+    app.router.add_get("/ws", live_status)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app
@@ -367,6 +374,18 @@ async def list_tasks(request: web.Request) -> web.Response:
                 for t in catalog
             ]
         }
+    )
+
+
+async def live_status(request: web.Request) -> web.StreamResponse:
+    """``GET /ws``: WebSocket of live job and run events (see :mod:`gateway.ws`)."""
+    deps = request.app[DEPS]
+    return await websocket(
+        request,
+        bus=deps.bus,
+        secret=deps.config.auth_secret,
+        max_buffer=deps.config.ws_buffer,
+        stall_s=deps.config.ws_stall_s,
     )
 
 

@@ -26,12 +26,15 @@ from core.model import (
     ExecutionStatus,
     Job,
     JobCreate,
+    JobEvent,
+    JobEventType,
     JobNotice,
     JobPatch,
     JobStatus,
     Page,
     RunMessage,
     RunTrigger,
+    StatusEvent,
 )
 from core.ports import (
     UNCHANGED,
@@ -64,6 +67,21 @@ class ServiceConfig:
 
     partitions: int = 64
     max_attempts_limit: int = 20
+
+
+def _queued_event(run: Execution) -> StatusEvent:
+    return StatusEvent(
+        execution_id=run.id,
+        job_id=run.job_id,
+        owner=run.owner,
+        partition=run.partition,
+        task_id=run.task_id,
+        queue=run.queue,
+        status=ExecutionStatus.QUEUED,
+        max_attempts=run.max_attempts,
+        at=run.created_at,
+        scheduled_for=run.scheduled_for,
+    )
 
 
 class JobService:
@@ -119,6 +137,7 @@ class JobService:
                 return e.job, True
             raise
         await self._notify(job)
+        await self._event(job, "created")
         log.info(
             "job %s created (%s)",
             job.id,
@@ -194,6 +213,7 @@ class JobService:
             JobChange("paused", allowed_from=LIVE, status=JobStatus.PAUSED, next_run_at=None),
             now=self.clock.now(),
         )
+        await self._event(job, "paused")
         log.info("job %s PAUSED", job_id, extra={"job_id": job_id})
         return job
 
@@ -214,6 +234,7 @@ class JobService:
             now=now,
         )
         await self._notify(job)
+        await self._event(job, "resumed")
         log.info("job %s resumed; next run %s", job_id, nxt, extra={"job_id": job_id})
         return job
 
@@ -228,14 +249,16 @@ class JobService:
             now=self.clock.now(),
         )
         await self._mark_cancelled(job_id)
+        await self._event(job, "cancelled")
         log.info("job %s CANCELLED", job_id, extra={"job_id": job_id})
         return job
 
     async def delete(self, owner: str, job_id: str) -> None:
         """Cancel the job's runs and delete it with its history."""
-        await self.store.get_job(owner, job_id)
+        job = await self.store.get_job(owner, job_id)
         await self._mark_cancelled(job_id)
         await self.store.delete_job(owner, job_id)
+        await self._event(job, "deleted")
         log.info("job %s deleted", job_id, extra={"job_id": job_id})
 
     async def trigger(self, owner: str, job_id: str) -> Execution:
@@ -265,6 +288,7 @@ class JobService:
         )
         await self.store.insert_execution(run)
         if self.bus is not None:
+            await self.bus.publish_events([_queued_event(run)])
             message = RunMessage(
                 execution_id=run.id,
                 job_id=job.id,
@@ -332,6 +356,7 @@ class JobService:
             now=now,
         )
         await self._notify(job)
+        await self._event(job, "changed")
         log.info("job %s changed", job_id, extra={"job_id": job_id})
         return job
 
@@ -394,6 +419,23 @@ class JobService:
             )
         except BusUnavailable as e:
             log.warning("job %s stored; notice not sent (%s); the scan will find it", job.id, e)
+
+    async def _event(self, job: Job, event: JobEventType) -> None:
+        if self.bus is None:
+            return
+        await self.bus.publish_events(
+            [
+                JobEvent(
+                    job_id=job.id,
+                    owner=job.owner,
+                    partition=job.partition,
+                    event=event,
+                    status=job.status,
+                    at=self.clock.now(),
+                    next_run_at=job.next_run_at,
+                )
+            ]
+        )
 
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:

@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
-from core.model import Execution, Job, JobCreate, Page, Problem
+from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
 T = TypeVar("T")
 
@@ -52,6 +52,28 @@ class ApiError(Exception):
         if problem and problem.errors:
             fields = " (" + "; ".join(f"{e.field}: {e.reason}" for e in problem.errors) + ")"
         super().__init__(f"HTTP {status}: {detail}{fields}")
+
+
+class WatchClosed(Exception):
+    """The live-status WebSocket was closed by the server.
+
+    Attributes:
+        code: the WebSocket close code (4001 unauthorized, 4008 slow consumer, 1013 unavailable).
+    """
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"live status closed ({code}): {reason}")
+        self.code = code
+
+
+class _Frame(msgspec.Struct, frozen=True):
+    type: str
+    id: int | None = None
+    event: Event | None = None
+    message: str | None = None
+
+
+_frame_decoder = msgspec.json.Decoder(_Frame)
 
 
 class JobschedClient:
@@ -195,6 +217,34 @@ class JobschedClient:
         )
         data = await self._request("GET", "/schedules/preview", params=params)
         return _times_decoder.decode(data).fire_times
+
+    async def watch(
+        self, *, job_ids: list[str] | None = None, last_event_id: int | None = None
+    ) -> AsyncIterator[tuple[int, Event]]:
+        """Live events of your jobs (or of ``job_ids``) over ``GET /ws``: ``(event id, event)``.
+
+        Pass the last event id you saw as ``last_event_id`` to resume without a gap.
+
+        Raises:
+            WatchClosed: the server closed the connection (its close code and reason).
+        """
+        url = "ws" + self.base_url.removeprefix("http") + "/ws"
+        async with self.session.ws_connect(url, headers=self._headers, heartbeat=30) as ws:
+            subscribe: dict[str, Any] = {"type": "subscribe"}
+            if job_ids is not None:
+                subscribe["jobIds"] = job_ids
+            if last_event_id is not None:
+                subscribe["lastEventId"] = last_event_id
+            await ws.send_str(msgspec.json.encode(subscribe).decode())
+            async for msg in ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                frame = _frame_decoder.decode(msg.data)
+                if frame.type == "event" and frame.id is not None and frame.event is not None:
+                    yield frame.id, frame.event
+                elif frame.type == "error":
+                    raise WatchClosed(4000, frame.message or "error")
+            raise WatchClosed(ws.close_code or 1006, str(ws.exception() or "closed"))
 
     async def get_job(self, job_id: str) -> Job:
         return _job_decoder.decode(await self._request("GET", f"/jobs/{job_id}"))

@@ -129,6 +129,8 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
         partitions=settings.partitions,
         max_body_bytes=settings.max_body_bytes,
         max_attempts_limit=settings.max_deliver,
+        ws_buffer=settings.ws_buffer_events,
+        ws_stall_s=settings.ws_stall_seconds,
     )
 
 

@@ -20,7 +20,7 @@ import nats
 from nats.aio.msg import Msg
 
 from core.clock import Clock
-from core.model import Execution, ExecutionStatus, Job, StatusEvent
+from core.model import Event, Execution, ExecutionStatus, Job, JobEvent, StatusEvent
 from core.settings import Settings
 from gateway.auth import mint_token
 from jobsched.client import JobschedClient
@@ -92,15 +92,20 @@ class EventLog:
         self.nats_url = nats_url
         self.prefix = prefix
         self.events: list[StatusEvent] = []
+        self.job_events: list[JobEvent] = []
         self._changed = asyncio.Condition()
         self._nc: nats.NATS | None = None
-        self._decoder = msgspec.json.Decoder(StatusEvent)
+        self._decoder = msgspec.json.Decoder(Event)
 
     async def __aenter__(self) -> EventLog:
         self._nc = await nats.connect(self.nats_url)
 
         async def on_msg(msg: Msg) -> None:
-            self.events.append(self._decoder.decode(msg.data))
+            event = self._decoder.decode(msg.data)
+            if isinstance(event, StatusEvent):
+                self.events.append(event)
+            else:
+                self.job_events.append(event)
             async with self._changed:
                 self._changed.notify_all()
 

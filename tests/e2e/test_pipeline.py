@@ -113,6 +113,7 @@ async def test_run_longer_than_ack_wait_runs_exactly_once(
         done = await wait_job(client, job.id, {"SUCCEEDED"})
         runs = await wait_executions(client, job.id, lambda rs: len(rs) == 1)
     assert [(e.status, e.attempt) for e in log.of(job.id)] == [
+        (ExecutionStatus.QUEUED, 0),
         (ExecutionStatus.RUNNING, 1),
         (ExecutionStatus.SUCCEEDED, 1),
     ]
