@@ -1,0 +1,417 @@
+"""Sustained load: R due runs per second for D seconds through the full stack (SQLite, one
+nats-server, gateway, scheduler + recorder, worker, ``noop`` task).
+
+Workloads:
+
+* ``once`` — RxD once jobs with ``executeAt`` spread evenly over the window, all submitted through
+  the HTTP API (concurrently) before the window starts, so submission is not what is measured.
+  The window starts after the submission time estimated from a calibration burst.
+* ``interval`` — Rxk interval jobs of period k seconds (``--period``, 10), submitted through the
+  API; the window starts once all exist, so exactly R runs per second are due in it.
+
+Per configuration it prints: throughput (runs SUCCEEDED per second with ``finishedAt`` in the
+window), the delays scheduledFor→publishedAt and scheduledFor→startedAt (p50/p99/max over every
+run due in the window; a run that never started counts as infinitely late), and CPU seconds per
+1,000 runs of each process (jobsched processes and nats-server), from /proc.
+
+Layouts: ``one`` (all roles in one process) and ``split`` (gateway, scheduler, worker processes).
+
+    .venv/bin/python -m bench.sustained       # 2000/s, both workloads, both layouts
+    .venv/bin/python -m bench.sustained --rate 500,1000,2000,5000 --duration 60
+    .venv/bin/python -m bench.sustained --workload once --layout split --baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.common import (
+    CpuMeter,
+    Deployment,
+    Layout,
+    Profiler,
+    StoreReader,
+    Summary,
+    WorkObserver,
+    add_common_args,
+    calibrate_submit_rate,
+    delays,
+    fmt_num,
+    fmt_s,
+    interval_body,
+    interval_jobs,
+    once_body,
+    post_jobs,
+    save_results,
+    seed_jobs,
+    table,
+    verdict,
+    wait_until_wall,
+)
+
+PARTITIONS = 64  # the product default; the deployments do not change it
+TARGET_RATE = 2000
+TARGET_P99_S = 0.100
+TARGET_MAX_S = 2.0
+
+
+def expected_interval_runs(
+    created_ms: list[int], period_ms: int, a_ms: int, b_ms: int
+) -> tuple[int, list[int]]:
+    """Occurrences c + m*period (m >= 1) of jobs created at ``created_ms`` inside [a, b): the
+    total and the count due in each second of the window (how even the load is)."""
+    total = 0
+    per_s = [0] * max(1, math.ceil((b_ms - a_ms) / 1000))
+    for c in created_ms:
+        first = max(1, math.ceil((a_ms - c) / period_ms))
+        last = (b_ms - 1 - c) // period_ms
+        for m in range(first, last + 1):
+            total += 1
+            per_s[(c + m * period_ms - a_ms) // 1000] += 1
+    return total, per_s
+
+
+async def submit_workload(
+    d: Deployment, workload: str, rate: float, duration_s: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Submit the jobs; returns the window start ``t0`` (epoch s) and submission figures."""
+    calib = await calibrate_submit_rate(d, concurrency=args.concurrency)
+    if workload == "once":
+        n = int(rate * duration_s)
+        lead = n / (0.85 * calib) + 3.0
+        t0 = math.ceil(time.time() + lead)
+        bodies = [once_body(datetime.fromtimestamp(t0 + i / rate, UTC)) for i in range(n)]
+        res = await post_jobs(d.url, d.token, bodies, concurrency=args.concurrency)
+    else:
+        # Interval jobs run at creation + m*k: pace the creations evenly over `laps` periods so
+        # their phases spread evenly over the period (R due per second), at a pace the gateway
+        # sustains.
+        n = int(rate * args.period)
+        laps = max(1, math.ceil(rate / (0.5 * calib)))
+        res = await post_jobs(
+            d.url,
+            d.token,
+            [interval_body(float(args.period))] * n,
+            concurrency=args.concurrency,
+            spacing_s=laps / rate,
+        )
+        t0 = math.ceil(time.time() + 1.0)
+    overrun = res.ended_wall - t0
+    if res.errors:
+        print(f"  {len(res.errors)} submission error(s), e.g. {res.errors[0]}", file=sys.stderr)
+    if overrun > 0:
+        print(
+            f"  WARNING: submission ended {overrun:.1f} s after the window started; "
+            "the first runs compete with submissions",
+            file=sys.stderr,
+        )
+    return {
+        "t0": t0,
+        "jobs": n,
+        "submit_s": res.elapsed_s,
+        "submitted": res.ok,
+        "submit_errors": len(res.errors),
+        "submit_rate_per_s": res.rate,
+        "calibration_rate_per_s": calib,
+        "submit_overrun_s": overrun,
+    }
+
+
+async def measure_window(
+    d: Deployment,
+    workload: str,
+    rate: float,
+    duration_s: float,
+    t0: float,
+    args: argparse.Namespace,
+    label: str,
+) -> dict[str, Any]:
+    pids = d.pids()
+    meter = CpuMeter(pids)
+    prof = Profiler(
+        args.py_spy, args.profile, label, idle=args.profile_idle, native=args.profile_native
+    )
+    async with WorkObserver(d.nats_url) as obs:
+        await wait_until_wall(t0)
+        meter.start()
+        prof.start(d.python_pids(), duration_s)
+        await wait_until_wall(t0 + duration_s)
+        cpu = meter.stop()
+        a_ms, b_ms = int(t0 * 1000), int((t0 + duration_s) * 1000)
+        reader = StoreReader(d.store_path)
+        try:
+            if workload == "once":
+                expected = int(rate * duration_s)
+                due_per_s = [int(rate)]
+            else:
+                created = reader.jobs_created("CAST(spec AS TEXT) LIKE '%\"interval\"%'")
+                expected, due_per_s = expected_interval_runs(
+                    created, int(args.period * 1000), a_ms, b_ms
+                )
+            # drain: until every run due in the window is recorded finished (or no progress)
+            deadline = time.monotonic() + args.drain
+            last, still = -1, time.monotonic()
+            while time.monotonic() < deadline:
+                done = reader.count(
+                    "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL",
+                    (a_ms, b_ms),
+                )
+                if done >= expected:
+                    break
+                if done != last:
+                    last, still = done, time.monotonic()
+                elif time.monotonic() - still > 10:
+                    break
+                await asyncio.sleep(0.5)
+            runs = reader.runs("scheduled_for >= ? AND scheduled_for < ?", (a_ms, b_ms))
+            succeeded_in_window = reader.count(
+                "status = 'SUCCEEDED' AND finished_at >= ? AND finished_at < ?", (a_ms, b_ms)
+            )
+        finally:
+            reader.close()
+    arrivals = obs.arrivals_ms()
+    await prof.wait()
+    pad = [float("inf")] * max(0, expected - len(runs))
+    pub = Summary.of(delays(runs, "scheduled_for", "published_at") + pad)
+    in_stream = Summary.of(
+        [
+            (arrivals[r.id] - r.scheduled_for) / 1000.0 if r.id in arrivals else float("inf")
+            for r in runs
+        ]
+        + pad
+    )
+    start = Summary.of(delays(runs, "scheduled_for", "started_at") + pad)
+    fin = Summary.of(delays(runs, "scheduled_for", "finished_at") + pad)
+    thousands = succeeded_in_window / 1000.0
+    cpu_per_k = {n: (c / thousands if thousands else float("nan")) for n, c in cpu.items()}
+    return {
+        "expected_runs": expected,
+        "due_per_s_min": min(due_per_s),
+        "due_per_s_max": max(due_per_s),
+        "dispatched_runs": len(runs),
+        "started_runs": sum(1 for r in runs if r.started_at is not None),
+        "succeeded_runs": sum(1 for r in runs if r.status == "SUCCEEDED"),
+        "succeeded_in_window": succeeded_in_window,
+        "throughput_per_s": succeeded_in_window / duration_s,
+        "sched_to_publish": pub.as_dict(),
+        "sched_to_stream": in_stream.as_dict(),
+        "sched_to_start": start.as_dict(),
+        "sched_to_finish": fin.as_dict(),
+        "cpu_s": cpu,
+        "cpu_s_per_1000_runs": cpu_per_k,
+        "cpu_util": {n: c / meter.wall for n, c in cpu.items()},
+        "_pub": pub,
+        "_stream": in_stream,
+        "_start": start,
+    }
+
+
+async def run_one(
+    layout: Layout,
+    workload: str,
+    rate: float,
+    args: argparse.Namespace,
+    *,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    seeded = workload == "interval" and args.interval_seed == "store"
+    first_at = math.ceil(time.time() + args.startup)
+    seed = None
+    if seeded:
+        jobs = interval_jobs(int(rate * args.period), args.period, first_at, PARTITIONS)
+
+        def seed(d: Deployment) -> None:
+            seed_jobs(d.store_path, jobs)
+
+    label = f"{layout.label}-{workload}-{int(rate)}".replace(" ", "_").replace("/", "_")
+    print(
+        f"== {layout.label} / {workload} / {rate:g} runs/s for {args.duration:g} s", file=sys.stderr
+    )
+    async with Deployment(layout, keep=args.keep, name="sustained", env=env, seed=seed) as d:
+        if seeded:
+            sub = {
+                "t0": first_at + args.period,
+                "jobs": int(rate * args.period),
+                "submitted": int(rate * args.period),
+                "submit_rate_per_s": float("nan"),
+                "seeded_in_store": True,
+            }
+            if time.time() > first_at:
+                print(
+                    "  WARNING: start-up ran past the first runs; raise --startup", file=sys.stderr
+                )
+        else:
+            sub = await submit_workload(d, workload, rate, args.duration, args)
+        how = "inserted into the store" if seeded else f"at {sub['submit_rate_per_s']:.0f}/s"
+        print(
+            f"  submitted {sub['submitted']:,} jobs {how}; "
+            f"window starts in {sub['t0'] - time.time():.1f} s",
+            file=sys.stderr,
+        )
+        res = await measure_window(d, workload, rate, args.duration, sub["t0"], args, label)
+    st = res["_start"]
+    if workload == "interval":
+        print(
+            f"  due per second in the window: {res['due_per_s_min']:,}-{res['due_per_s_max']:,}",
+            file=sys.stderr,
+        )
+    print(
+        f"  -> done {res['throughput_per_s']:,.0f}/s, started {res['started_runs']:,}/"
+        f"{res['expected_runs']:,}, start p50 {fmt_s(st.p50)} p99 {fmt_s(st.p99)} "
+        f"max {fmt_s(st.max)}, CPU s/1k runs "
+        + ", ".join(f"{n} {c:.2f}" for n, c in res["cpu_s_per_1000_runs"].items()),
+        file=sys.stderr,
+    )
+    return {
+        "layout": layout.label,
+        "workload": workload,
+        "rate": rate,
+        "duration_s": args.duration,
+        "submission": sub,
+        **res,
+    }
+
+
+def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = None) -> None:
+    rows = []
+    for r in results:
+        pub, ins, st = r["_pub"], r["_stream"], r["_start"]
+        applies = r["rate"] >= TARGET_RATE
+        v = "-"
+        if applies:
+            ok = (
+                verdict(r["throughput_per_s"], 0.99 * r["rate"], higher_is_better=True) == "PASS"
+                and verdict(st.p99, TARGET_P99_S) == "PASS"
+                and verdict(st.max, TARGET_MAX_S) == "PASS"
+            )
+            v = "PASS" if ok else "MISS"
+        cpu = ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_s_per_1000_runs"].items())
+        row = [
+            r["layout"],
+            r["workload"],
+            fmt_num(r["rate"]),
+            fmt_num(r["throughput_per_s"]),
+            f"{r['started_runs']:,}/{r['expected_runs']:,}",
+            fmt_s(pub.p50),
+            fmt_s(pub.p99),
+            fmt_s(pub.max),
+            fmt_s(ins.p99),
+            fmt_s(ins.max),
+            fmt_s(st.p50),
+            fmt_s(st.p99),
+            fmt_s(st.max),
+            v,
+            cpu,
+        ]
+        if raw:
+            row.insert(4, f"{100 * r['throughput_per_s'] / raw['pipeline_per_s']:.1f} %")
+        rows.append(row)
+    headers = [
+        "layout",
+        "workload",
+        "due/s",
+        "done/s",
+        "started/due",
+        "pub p50",
+        "pub p99",
+        "pub max",
+        "stream p99",
+        "stream max",
+        "start p50",
+        "start p99",
+        "start max",
+        "target",
+        "CPU s per 1k runs",
+    ]
+    if raw:
+        headers.insert(4, "of raw NATS")
+    print(table(headers, rows))
+    print(
+        f"target (rows with due/s >= {TARGET_RATE}): done/s >= 99 % of due/s, "
+        f"schedule-to-start p99 <= {TARGET_P99_S * 1000:.0f} ms and max <= {TARGET_MAX_S:g} s. "
+        "pub = scheduledFor -> publishedAt (store; taken when the scheduler "
+        "begins the batch), stream = scheduledFor -> run message seen on NATS, start = "
+        "scheduledFor -> startedAt."
+    )
+
+
+def parse_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=15.0,
+        help="window length, s (15; the issue's 60 s takes ~6 min for the 4 default rows)",
+    )
+    p.add_argument("--period", type=float, default=5.0, help="interval workload period k, s (5)")
+    p.add_argument(
+        "--interval-seed",
+        choices=["store", "api"],
+        default="store",
+        help="interval jobs inserted into the store before start-up (store: exact phases; "
+        "default) or POSTed through the API, paced (api; their first runs compete with the "
+        "submission)",
+    )
+    p.add_argument(
+        "--startup",
+        type=float,
+        default=10.0,
+        help="with --interval-seed store: seconds from seeding to the first runs (10)",
+    )
+    p.add_argument("--concurrency", type=int, default=50, help="concurrent POSTs when submitting")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=30.0,
+        help="max wait after the window for runs due in it to finish, s (30)",
+    )
+    p.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also measure raw NATS (bench.baseline) and print throughput as a share of it",
+    )
+    add_common_args(p)
+
+
+async def raw_baseline() -> dict[str, float]:
+    from bench.baseline import measure_raw_nats  # noqa: PLC0415
+
+    raw = await measure_raw_nats()
+    print(f"raw NATS: {raw['pipeline_per_s']:,.0f} msg/s publish+consume+ack", file=sys.stderr)
+    return raw
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    raw = await raw_baseline() if args.baseline else None
+    results = []
+    for layout_name in args.layout.split(","):
+        for workload in args.workload.split(","):
+            for rate in [float(x) for x in args.rate.split(",")]:
+                results.append(await run_one(Layout.parse(layout_name), workload, rate, args))
+    print(f"\nsustained — {args.duration:g} s window per row, noop task, SQLite store")
+    print_table(results, raw)
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
+    return {"args": vars(args), "raw_nats": raw, "results": clean}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rate", default="2000", help="comma-separated due runs per second (2000)")
+    p.add_argument("--workload", default="once,interval", help="once,interval")
+    p.add_argument("--layout", default="one,split", help="one,split")
+    parse_common(p)
+    args = p.parse_args()
+    result = asyncio.run(main_async(args))
+    if not args.no_save:
+        print(f"results: {save_results('sustained', result, args.json)}")
+
+
+if __name__ == "__main__":
+    main()
