@@ -42,6 +42,7 @@ from core.model import (
 from core.ports import JobQuery, JobStore
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import user_from_authorization
+from gateway.openapi import docs_page, openapi_document
 from gateway.service import JobService, ServiceConfig
 from gateway.ws import websocket
 
@@ -134,6 +135,8 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
     app.router.add_get("/ws", live_status)
+    app.router.add_get("/openapi.json", openapi_json)
+    app.router.add_get("/docs", docs)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app
@@ -387,6 +390,21 @@ async def live_status(request: web.Request) -> web.StreamResponse:
         max_buffer=deps.config.ws_buffer,
         stall_s=deps.config.ws_stall_s,
     )
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """``GET /openapi.json``: the OpenAPI 3.1 description of this API."""
+    return json_response(openapi_document(task_ids=_task_ids(request)))
+
+
+async def docs(request: web.Request) -> web.Response:
+    """``GET /docs``: the API description as an HTML page."""
+    doc = openapi_document(task_ids=_task_ids(request))
+    return web.Response(text=docs_page(doc), content_type="text/html")
+
+
+def _task_ids(request: web.Request) -> list[str]:
+    return [t.name for t in request.app[DEPS].catalog]
 
 
 async def healthz(request: web.Request) -> web.Response:

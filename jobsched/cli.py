@@ -6,6 +6,7 @@ The only place that reads the environment, configures logging and installs signa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,13 +17,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
+import aiohttp
 import click
 import msgspec
 
 from core.errors import ConfigError, JobschedError
+from core.model import Event, JobEvent
 from core.settings import Settings, load_settings
 from gateway.auth import mint_token
-from jobsched.client import ApiError, JobschedClient
+from jobsched.client import ApiError, JobschedClient, WatchClosed
 from jobsched.logs import configure_logging
 from jobsched.natsserver import NatsServer, find_nats_server
 from jobsched.runtime import Roles, auth_secret, serve
@@ -476,6 +479,51 @@ def upcoming(job_id: str, count: int, url: str | None, token: str | None) -> Non
     """Print a job's next scheduled times (UTC)."""
     for t in _call(url, token, lambda c: c.upcoming(job_id, count=count)):
         click.echo(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+@main.command()
+@click.argument("job_id", required=False)
+@click.option("--since", type=int, default=None, help="Replay from after this event id.")
+@click.option("--count", type=int, default=None, help="Stop after this many events.")
+@_client_options
+def watch(
+    job_id: str | None, since: int | None, count: int | None, url: str | None, token: str | None
+) -> None:
+    """Follow live events of your jobs (or of JOB_ID); reconnects without losing any."""
+    base, bearer = _endpoint(url, token)
+
+    async def go() -> None:
+        seen, last = 0, since
+        async with JobschedClient(base, bearer) as client:
+            while count is None or seen < count:
+                try:
+                    async for event_id, event in client.watch(
+                        job_ids=[job_id] if job_id else None, last_event_id=last
+                    ):
+                        click.echo(_event_line(event_id, event))
+                        last, seen = event_id, seen + 1
+                        if count is not None and seen >= count:
+                            return
+                except WatchClosed as e:
+                    if e.code in (4000, 4001):
+                        raise click.ClickException(str(e)) from None
+                    click.echo(f"({e}; reconnecting from event {last})", err=True)
+                except aiohttp.ClientError as e:
+                    click.echo(f"(connection lost: {e}; reconnecting from event {last})", err=True)
+                await asyncio.sleep(1.0)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(go())
+
+
+def _event_line(event_id: int, event: Event) -> str:
+    at = event.at.strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(event, JobEvent):
+        return f"{event_id:>8} {at} job {event.job_id} {event.event.upper()} -> {event.status}"
+    detail = f" attempt {event.attempt}" if event.attempt else ""
+    if event.error:
+        detail += f": {event.error}"
+    return f"{event_id:>8} {at} run {event.execution_id} {event.status}{detail}"
 
 
 @main.command()

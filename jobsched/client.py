@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
+import nats
+from nats.aio.client import Client as NatsConnection
 
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -305,3 +307,84 @@ class JobschedClient:
 
 def _params(**kw: str | None) -> dict[str, str]:
     return {k: v for k, v in kw.items() if v is not None}
+
+
+class NatsJobschedClient:
+    """Async client of the NATS request-reply API (``<prefix>.api.<operation>``).
+
+    The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`.
+
+    Args:
+        servers: NATS server URLs.
+        token: bearer token (``jobsched token --user NAME``).
+        prefix: the deployment's subject prefix (``JOBSCHED_SUBJECT_PREFIX``).
+        timeout_s: per-request timeout (seconds).
+    """
+
+    def __init__(
+        self,
+        servers: str | list[str],
+        token: str,
+        *,
+        prefix: str = "jobsched",
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.servers = [servers] if isinstance(servers, str) else servers
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._nc: NatsConnection | None = None
+
+    async def __aenter__(self) -> NatsJobschedClient:
+        self._nc = await nats.connect(servers=self.servers)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            await nc.close()
+
+    async def _call(
+        self, operation: str, body: Any, headers: dict[str, str] | None = None
+    ) -> bytes:
+        if self._nc is None:
+            raise RuntimeError("use 'async with NatsJobschedClient(...)'")
+        msg = await self._nc.request(
+            f"{self.prefix}.api.{operation}",
+            msgspec.json.encode(body),
+            timeout=self.timeout_s,
+            headers={**self._headers, **(headers or {})},
+        )
+        code = (msg.headers or {}).get("Nats-Service-Error-Code")
+        if code:
+            try:
+                problem = _problem_decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                problem = None
+            raise ApiError(int(code), problem, (msg.headers or {}).get("Nats-Service-Error", ""))
+        return bytes(msg.data)
+
+    async def create_job(
+        self, body: JobCreate | dict[str, Any], *, idempotency_key: str | None = None
+    ) -> Job:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return _job_decoder.decode(await self._call("create", body, headers))
+
+    async def get_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._call("get", {"id": job_id}))
+
+    async def list_jobs(self, **filters: Any) -> Page[Job]:
+        """Filters as HTTP (camelCase): status, lastRunStatus, startTime, endTime, limit, cursor."""
+        return _jobs_decoder.decode(await self._call("list", filters))
+
+    async def cancel_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._call("cancel", {"id": job_id}))
+
+    async def pause_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._call("pause", {"id": job_id}))
+
+    async def resume_job(self, job_id: str) -> Job:
+        return _job_decoder.decode(await self._call("resume", {"id": job_id}))
+
+    async def trigger_job(self, job_id: str) -> Execution:
+        return _execution_decoder.decode(await self._call("trigger", {"id": job_id}))

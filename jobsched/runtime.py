@@ -31,7 +31,8 @@ from core.errors import ConfigError
 from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
-from gateway.app import GatewayConfig, GatewayDeps, create_app
+from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
+from gateway.natsapi import NatsApi
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -254,8 +255,10 @@ async def serve(
                 gateway_config(settings, secret),
                 markers,
             )
-            gateway = Gateway(create_app(deps), settings.http_host, settings.http_port)
+            app = create_app(deps)
+            gateway = Gateway(app, settings.http_host, settings.http_port)
             actors.append(gateway)
+            actors.append(NatsApi(bus, app[SERVICE], secret))
         if roles.scheduler:
             assert store is not None
             member = settings.resolved_scheduler_id

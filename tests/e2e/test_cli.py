@@ -78,3 +78,12 @@ async def test_preview_and_errors(stack: Stack) -> None:
     assert "422" in err and "minute" in err
     err = await cli(stack, "submit", "nope", ok=False)
     assert "unknown task" in err
+
+
+async def test_watch_follows_a_job(stack: Stack) -> None:
+    job = await stack.client().create_job({"taskId": "noop"})
+    await wait_job(stack.client(), job.id, {"SUCCEEDED"})
+    lines = (await cli(stack, "watch", job.id, "--since", "0", "--count", "4")).splitlines()
+    assert [line.split()[3] for line in lines] == [job.id, *[lines[1].split()[3]] * 3]
+    assert "CREATED" in lines[0]
+    assert [line.split()[4] for line in lines[1:]] == ["QUEUED", "RUNNING", "SUCCEEDED"]

@@ -1,0 +1,375 @@
+"""The OpenAPI 3.1 description of the HTTP API, generated from the msgspec structs.
+
+Schemas come from :func:`msgspec.json.schema_components` (JSON Schema 2020-12, which OpenAPI 3.1
+uses); the routes, their parameters and their possible problems are listed once in
+:data:`ROUTES`. A test checks that ROUTES and the aiohttp router agree, and the schemathesis fuzz
+test checks the handlers against this document. Served at ``/openapi.json``; ``/docs`` renders
+it as a plain HTML page (no JavaScript, no CDN).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from core.model import (
+    Execution,
+    ExecutionStatus,
+    Health,
+    Job,
+    JobCreate,
+    JobPatch,
+    JobStatus,
+    Page,
+    Problem,
+)
+
+REF = "#/components/schemas/{name}"
+
+
+class FireTimes(msgspec.Struct, rename="camel"):
+    """Fire times, aware UTC."""
+
+    fire_times: list[datetime]
+
+
+class TaskInfo(msgspec.Struct, rename="camel"):
+    task_id: str
+    kind: str
+    description: str
+    timeout_seconds: float
+    max_attempts: int
+    parameters: dict[str, Any]
+
+
+class TaskList(msgspec.Struct):
+    items: list[TaskInfo]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    schema: dict[str, Any]
+    description: str
+    where: str = "query"
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    summary: str
+    status: int = 200
+    response: Any = None
+    body: Any = None
+    params: list[Param] = field(default_factory=list)
+    problems: tuple[int, ...] = (401,)
+    public: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+ID = Param("job_id", {"type": "string"}, "The job's id.", where="path", required=True)
+LIMIT = Param(
+    "limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."
+)
+CURSOR = Param("cursor", {"type": "string"}, "The previous page's nextCursor.")
+COUNT = Param(
+    "count", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10}, "How many."
+)
+INSTANT = {"type": "string", "format": "date-time"}
+
+
+def _enum(values: type[JobStatus] | type[ExecutionStatus]) -> dict[str, Any]:
+    return {"type": "string", "enum": [v.value for v in values]}
+
+
+ROUTES: list[Route] = [
+    Route(
+        "post",
+        "/jobs",
+        "Create a job",
+        201,
+        Job,
+        JobCreate,
+        problems=(400, 401, 409, 413, 422, 503),
+        headers={
+            "Idempotency-Key": "Makes the request idempotent: the same key and body "
+            "return the original job (200), another body answers 409."
+        },
+    ),
+    Route(
+        "get",
+        "/jobs",
+        "List your jobs, newest first",
+        200,
+        Page[Job],
+        params=[
+            Param("status", _enum(JobStatus), "Only jobs in this status."),
+            Param(
+                "lastRunStatus",
+                _enum(ExecutionStatus),
+                "Only jobs whose latest finished run ended so.",
+            ),
+            Param("startTime", INSTANT, "Created at or after (RFC 3339 with offset)."),
+            Param("endTime", INSTANT, "Created before (RFC 3339 with offset)."),
+            LIMIT,
+            CURSOR,
+        ],
+        problems=(401, 422, 503),
+    ),
+    Route("get", "/jobs/{job_id}", "Get a job", 200, Job, params=[ID], problems=(401, 404, 503)),
+    Route(
+        "patch",
+        "/jobs/{job_id}",
+        "Change a job's schedule, parameters or options",
+        200,
+        Job,
+        JobPatch,
+        [ID],
+        problems=(400, 401, 404, 409, 413, 422, 503),
+    ),
+    Route(
+        "delete",
+        "/jobs/{job_id}",
+        "Delete a job and its history",
+        204,
+        None,
+        params=[ID],
+        problems=(401, 404, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/pause",
+        "Pause a job",
+        200,
+        Job,
+        params=[ID],
+        problems=(401, 404, 409, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/resume",
+        "Resume a paused job from now",
+        200,
+        Job,
+        params=[ID],
+        problems=(401, 404, 409, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/cancel",
+        "Cancel a job and its running run",
+        200,
+        Job,
+        params=[ID],
+        problems=(401, 404, 409, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/trigger",
+        "Run a job once now",
+        201,
+        Execution,
+        params=[ID],
+        problems=(401, 404, 409, 503),
+    ),
+    Route(
+        "get",
+        "/jobs/{job_id}/executions",
+        "A job's runs, newest first",
+        200,
+        Page[Execution],
+        params=[ID, LIMIT, CURSOR],
+        problems=(401, 404, 422, 503),
+    ),
+    Route(
+        "get",
+        "/jobs/{job_id}/upcoming",
+        "A job's next scheduled times",
+        200,
+        FireTimes,
+        params=[ID, COUNT],
+        problems=(401, 404, 422, 503),
+    ),
+    Route(
+        "get",
+        "/schedules/preview",
+        "The next fire times of a cron expression",
+        200,
+        FireTimes,
+        params=[
+            Param("expression", {"type": "string"}, "A cron expression.", required=True),
+            Param("timezone", {"type": "string", "default": "UTC"}, "An IANA time zone."),
+            Param("after", INSTANT, "Fire times strictly after this instant (default: now)."),
+            COUNT,
+            Param(
+                "gap",
+                {"type": "string", "enum": ["shift", "skip"], "default": "shift"},
+                "Spring-forward rule.",
+            ),
+            Param(
+                "fold",
+                {"type": "string", "enum": ["once", "both"], "default": "once"},
+                "Fall-back rule.",
+            ),
+        ],
+        problems=(401, 422),
+    ),
+    Route("get", "/tasks", "The task catalog", 200, TaskList),
+    Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
+    Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
+]
+"""Every operation of the HTTP API. /ws, /metrics, /openapi.json and /docs are described in
+the README (they are not JSON request/response operations)."""
+
+UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs"})
+
+PROBLEM_TEXT = {
+    400: "Malformed JSON.",
+    401: "Missing or invalid bearer token.",
+    404: "No such job for this user.",
+    409: "The job's status does not allow this, or the Idempotency-Key was used for another body.",
+    413: "The body is too large.",
+    422: "Invalid input; `errors` names each field and the reason.",
+    503: "The store (or NATS) cannot be reached right now; nothing was changed. Retry.",
+}
+
+
+def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
+    ``taskId``."""
+    types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
+             FireTimes, TaskList]  # fmt: skip
+    (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
+    names = {t: _name(t) for t in types}
+    paths: dict[str, dict[str, Any]] = {}
+    for r in ROUTES:
+        slug = r.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
+        op: dict[str, Any] = {
+            "summary": r.summary,
+            "operationId": f"{r.method}_{slug}",
+            "responses": {},
+        }
+        params = [
+            {"name": p.name, "in": p.where, "required": p.required or p.where == "path",
+             "description": p.description, "schema": p.schema}
+            for p in r.params
+        ] + [
+            {"name": h, "in": "header", "required": False, "description": text,
+             "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+            for h, text in r.headers.items()
+        ]  # fmt: skip
+        if params:
+            op["parameters"] = params
+        if r.body is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": REF.format(name=names[r.body])}}
+                },
+            }
+        if r.response is None:
+            op["responses"][str(r.status)] = {"description": "Done."}
+        else:
+            schema = {"$ref": REF.format(name=names[r.response])}
+            op["responses"][str(r.status)] = {
+                "description": "OK",
+                "content": {"application/json": {"schema": schema}},
+            }
+            if r.status == 201 and r.response is Job:
+                op["responses"]["201"]["links"] = _job_links()
+                op["responses"]["200"] = {
+                    "description": "Replayed: the job created earlier with this Idempotency-Key.",
+                    "content": {"application/json": {"schema": schema}},
+                }
+        for status in r.problems:
+            op["responses"][str(status)] = {
+                "description": PROBLEM_TEXT[status],
+                "content": {
+                    "application/problem+json": {"schema": {"$ref": REF.format(name="Problem")}}
+                },
+            }
+        if not r.public:
+            op["security"] = [{"bearer": []}]
+        paths.setdefault(r.path, {})[r.method] = op
+    if task_ids:
+        components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "jobsched",
+            "version": "1.0.0",
+            "description": "A distributed job scheduler. Errors are RFC 9457 problem details.",
+        },
+        "servers": [{"url": server_url}],
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+            },
+        },
+    }
+
+
+def _job_links() -> dict[str, Any]:
+    """OpenAPI links from a created job to every operation on it (clients and fuzzers follow)."""
+    links = {}
+    for r in ROUTES:
+        if "{job_id}" in r.path:
+            slug = r.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
+            links[f"{r.method}_{slug}"] = {
+                "operationId": f"{r.method}_{slug}",
+                "parameters": {"job_id": "$response.body#/id"},
+            }
+    return links
+
+
+def _name(t: Any) -> str:
+    schema = msgspec.json.schema(t, ref_template=REF)
+    ref = schema.get("$ref", "")
+    return str(ref.rsplit("/", 1)[-1])
+
+
+def docs_page(doc: dict[str, Any]) -> str:
+    """A plain HTML rendering of the document: every operation with its parameters and answers."""
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>jobsched API</title>",
+        "<style>body{font-family:sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
+        "code{background:#f3f3f3;padding:0 .2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}h2{margin-top:2rem}</style>",
+        "</head><body><h1>jobsched API</h1>",
+        f"<p>{html.escape(doc['info']['description'])} Machine-readable: "
+        "<a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p>",
+    ]
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            out.append(f"<h2><code>{method.upper()} {html.escape(path)}</code></h2>")
+            out.append(f"<p>{html.escape(op['summary'])}</p>")
+            if op.get("parameters"):
+                out.append("<table><tr><th>parameter</th><th>in</th><th>description</th></tr>")
+                for p in op["parameters"]:
+                    out.append(
+                        f"<tr><td><code>{html.escape(p['name'])}</code></td><td>{p['in']}</td>"
+                        f"<td>{html.escape(p['description'])}</td></tr>"
+                    )
+                out.append("</table>")
+            if "requestBody" in op:
+                ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                out.append(f"<p>Body: <code>{html.escape(ref.rsplit('/', 1)[-1])}</code></p>")
+            answers = ", ".join(
+                f"{code} {html.escape(r['description'])}" for code, r in op["responses"].items()
+            )
+            out.append(f"<p>Answers: {answers}</p>")
+    out.append("<h2>Schemas</h2>")
+    for name, schema in doc["components"]["schemas"].items():
+        props = ", ".join(f"<code>{html.escape(k)}</code>" for k in schema.get("properties", {}))
+        kind = html.escape(str(schema.get("type", "")))
+        out.append(f"<p><b>{html.escape(name)}</b>: {props or kind}</p>")
+    out.append("</body></html>")
+    return "\n".join(out)

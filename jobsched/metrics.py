@@ -1,0 +1,288 @@
+"""Prometheus metrics of a jobsched process, and the two small actors that serve and feed them.
+
+Every metric lives on the :class:`prometheus_client.CollectorRegistry` of one :class:`Metrics`
+object, built by the wiring (:func:`jobsched.runtime.serve`) once per process and passed to the
+actors; nothing is registered at import time and the client's global registry is never used.
+Names carry the ``jobsched_`` prefix and their unit (seconds), labels are bounded: ``task`` (the
+task catalog), ``queue`` (the queues a worker consumes), ``status`` and ``reason`` (fixed sets).
+Job and execution ids never become labels.
+
+The gateway serves the registry at ``GET /metrics`` (:func:`metrics_handler`); scheduler and
+worker processes serve it on ``JOBSCHED_METRICS_PORT`` (:class:`MetricsServer`). The list of
+metrics, with their meaning, is in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from bus.nats import Bus
+from core.errors import BusUnavailable
+
+log = logging.getLogger(__name__)
+
+SCHEDULING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Buckets of scheduling delays (seconds): 1 ms to 60 s."""
+
+DURATION_BUCKETS = (
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0
+)
+"""Buckets of run durations (seconds): 1 ms to 1 h."""
+
+SKIP_REASONS = ("misfire", "overlap", "orphan")
+"""Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
+
+UNKNOWN_TASK = "unknown"
+"""``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetrics:
+    """The per-task series, bound once per task so a run observes without a label lookup."""
+
+    schedule_to_start: Histogram
+    duration: Histogram
+    retries: Counter
+    succeeded: Counter
+    failed: Counter
+    cancelled: Counter
+
+
+class Metrics:
+    """Every jobsched metric, on a registry of its own (one instance per process).
+
+    Attributes:
+        registry: the registry to expose (``generate_latest(metrics.registry)``).
+        schedule_to_publish: histogram, seconds from a run's scheduled time until JetStream
+            acknowledged its message (scheduler).
+        dispatched_runs / redispatched_runs: counters of runs published for the first time, and
+            of lost runs re-published from the store (scheduler).
+        skipped_runs: counter of occurrences that did not run, by ``reason`` (scheduler).
+        heap_size / owned_partitions: gauges of the scheduler's state.
+        schedule_to_start / run_duration / runs / retries: per ``task`` (worker).
+        redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
+        queue_depth: gauge of runs waiting or in progress, by ``queue`` (:class:`QueueDepthMonitor`).
+        events_recorded / store_write_failures: counters of the recorder.
+    """
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.schedule_to_publish = Histogram(
+            "jobsched_schedule_to_publish_seconds",
+            "Seconds from a run's scheduled time until JetStream acknowledged its message "
+            "(first publication; includes the job's jitter).",
+            buckets=SCHEDULING_BUCKETS,
+            registry=registry,
+        )
+        self.dispatched_runs = Counter(
+            "jobsched_dispatched_runs_total",
+            "Runs published to a work queue for the first time (acknowledged by JetStream).",
+            registry=registry,
+        )
+        self.redispatched_runs = Counter(
+            "jobsched_redispatched_runs_total",
+            "Runs re-published from the store because their message was lost.",
+            registry=registry,
+        )
+        self.skipped_runs = Counter(
+            "jobsched_skipped_runs_total",
+            "Occurrences that did not run, by reason (misfire, overlap, orphan).",
+            ["reason"],
+            registry=registry,
+        )
+        self.heap_size = Gauge(
+            "jobsched_heap_size",
+            "Jobs in the scheduler's heap of next-run times (count).",
+            registry=registry,
+        )
+        self.owned_partitions = Gauge(
+            "jobsched_owned_partitions",
+            "Partitions this scheduler owns (count).",
+            registry=registry,
+        )
+        self.schedule_to_start = Histogram(
+            "jobsched_schedule_to_start_seconds",
+            "Seconds from a run's scheduled time until its first attempt started on a worker.",
+            ["task"],
+            buckets=SCHEDULING_BUCKETS,
+            registry=registry,
+        )
+        self.run_duration = Histogram(
+            "jobsched_run_duration_seconds",
+            "Seconds an attempt of a run executed its task, whatever its outcome.",
+            ["task"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.runs = Counter(
+            "jobsched_runs_total",
+            "Runs that ended, by task and final status (succeeded, failed, cancelled).",
+            ["task", "status"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "jobsched_retries_total",
+            "Failed attempts handed back for a retry, by task.",
+            ["task"],
+            registry=registry,
+        )
+        self.redeliveries = Counter(
+            "jobsched_redeliveries_total",
+            "Work deliveries with a delivery count above 1 (retries, ack-wait expiries, "
+            "hand-backs), by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "jobsched_queue_depth",
+            "Runs in a work queue not yet acknowledged: waiting, waiting for a retry, or "
+            "running (count).",
+            ["queue"],
+            registry=registry,
+        )
+        self.events_recorded = Counter(
+            "jobsched_events_recorded_total",
+            "Status events the recorder wrote to the store.",
+            registry=registry,
+        )
+        self.store_write_failures = Counter(
+            "jobsched_store_write_failures_total",
+            "Failed attempts of the recorder to write a batch of status events to the store.",
+            registry=registry,
+        )
+        self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
+        self._tasks: dict[str, TaskMetrics] = {}
+
+    def task(self, task_id: str) -> TaskMetrics:
+        """The series of ``task_id``, created at zero on first use. Call it with catalog task
+        names (or :data:`UNKNOWN_TASK`) only: every name becomes a label value."""
+        bound = self._tasks.get(task_id)
+        if bound is None:
+            bound = self._tasks[task_id] = TaskMetrics(
+                schedule_to_start=self.schedule_to_start.labels(task=task_id),
+                duration=self.run_duration.labels(task=task_id),
+                retries=self.retries.labels(task=task_id),
+                succeeded=self.runs.labels(task=task_id, status="succeeded"),
+                failed=self.runs.labels(task=task_id, status="failed"),
+                cancelled=self.runs.labels(task=task_id, status="cancelled"),
+            )
+        return bound
+
+    def skipped(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` skipped occurrences; ``reason`` is a run's ``skipReason`` text, whose
+        first word (``overlap: previous run … is still RUNNING`` → ``overlap``) is the label."""
+        key = reason.partition(":")[0]
+        self._skipped.get(key, self._skipped["other"]).inc(count)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def metrics_handler(registry: CollectorRegistry) -> Handler:
+    """An aiohttp handler answering the Prometheus text exposition of ``registry``.
+
+    Example::
+
+        app.router.add_get("/metrics", metrics_handler(metrics.registry))
+    """
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    return handler
+
+
+class MetricsServer:
+    """``GET /metrics`` on its own port, for processes without the gateway (an actor).
+
+    Args:
+        registry: what to expose.
+        host / port: listen address; port 0 picks a free port (see :attr:`url`).
+    """
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self.name = "metrics-server"
+        self.ready = asyncio.Event()
+        self.url = ""
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`.
+
+        Raises:
+            OSError: when the port cannot be bound.
+        """
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_handler(self.registry))
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+            port = runner.addresses[0][1] if runner.addresses else self.port
+            self.url = f"http://{self.host}:{port}/metrics"
+            self.ready.set()
+            log.info("metrics on %s", self.url)
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+
+class QueueDepthMonitor:
+    """Refreshes ``jobsched_queue_depth`` of ``queues`` from JetStream every ``interval_s``
+    seconds (an actor; one per scheduler or worker process).
+
+    The depth of a queue is its durable consumer's pending plus unacknowledged messages
+    (:meth:`bus.nats.Bus.queue_depth`); a queue whose consumer does not exist yet (no worker
+    ever consumed it) keeps its last value. NATS failures are retried at the next refresh.
+
+    Args:
+        bus: connected NATS adapter.
+        queues: the queues to watch.
+        metrics: where the gauge lives.
+        interval_s: seconds between refreshes.
+    """
+
+    def __init__(
+        self, bus: Bus, queues: Sequence[str], metrics: Metrics, *, interval_s: float = 5.0
+    ) -> None:
+        self.bus = bus
+        self.queues = tuple(queues)
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.name = "queue-depth"
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop after the refresh in hand (idempotent)."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        gauges = [(q, self.metrics.queue_depth.labels(queue=q)) for q in self.queues]
+        self.ready.set()
+        while not self._stop.is_set():
+            for queue, gauge in gauges:
+                try:
+                    gauge.set(await self.bus.queue_depth(queue))
+                except BusUnavailable as e:
+                    log.debug("depth of queue %s unknown: %s", queue, e)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval_s):
+                    await self._stop.wait()

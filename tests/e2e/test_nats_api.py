@@ -1,0 +1,80 @@
+"""The NATS request-reply API: every operation round-trips; errors are the HTTP problems."""
+
+from __future__ import annotations
+
+import msgspec
+import nats
+import pytest
+
+from jobsched.client import ApiError, NatsJobschedClient
+from tests.support import Stack, wait_job
+
+
+def nats_client(stack: Stack, user: str = "alice", token: str | None = None) -> NatsJobschedClient:
+    return NatsJobschedClient(
+        stack.settings.nats_url, token or stack.token(user), prefix=stack.settings.subject_prefix
+    )
+
+
+async def test_every_operation_round_trips(stack: Stack) -> None:
+    async with nats_client(stack) as api:
+        job = await api.create_job(
+            {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 3 * * *"}}
+        )
+        assert (await api.get_job(job.id)).id == job.id
+        page = await api.list_jobs(status="SCHEDULED", limit=10)
+        assert [j.id for j in page.items] == [job.id]
+        assert (await api.pause_job(job.id)).status == "PAUSED"
+        assert (await api.resume_job(job.id)).status == "SCHEDULED"
+        run = await api.trigger_job(job.id)
+        assert run.trigger == "manual"
+        await wait_job(stack.client(), job.id, {"SCHEDULED"})
+        assert (await api.cancel_job(job.id)).status == "CANCELLED"
+        same, again = (
+            await api.create_job({"taskId": "noop"}, idempotency_key="k1"),
+            await api.create_job({"taskId": "noop"}, idempotency_key="k1"),
+        )
+        assert same.id == again.id
+    http_view = await stack.client().get_job(job.id)
+    assert http_view.status == "CANCELLED", "HTTP and NATS share one store"
+
+
+@pytest.mark.parametrize("token", ["not-a-token", ""])
+async def test_a_bad_token_is_refused(stack: Stack, token: str) -> None:
+    async with nats_client(stack, token=token or "x") as api:
+        with pytest.raises(ApiError) as info:
+            await api.list_jobs()
+    assert info.value.status == 401
+    assert info.value.problem is not None and info.value.problem.code == "unauthorized"
+
+
+async def test_errors_carry_the_http_codes(stack: Stack) -> None:
+    async with nats_client(stack) as api, nats_client(stack, "bob") as bob:
+        with pytest.raises(ApiError) as bad:
+            await api.create_job({"taskId": "launch_rockets"})
+        assert (bad.value.status, bad.value.problem.code) == (422, "validation_error")  # type: ignore[union-attr]
+        assert bad.value.problem.errors[0].field == "taskId"  # type: ignore[union-attr,index]
+        job = await api.create_job(
+            {"taskId": "noop", "schedule": {"type": "once", "executeAt": "2099-01-01T00:00:00Z"}}
+        )
+        with pytest.raises(ApiError) as other:
+            await bob.get_job(job.id)
+        assert (other.value.status, other.value.problem.code) == (404, "job_not_found")  # type: ignore[union-attr]
+        with pytest.raises(ApiError) as conflict:
+            await api.resume_job(job.id)
+        assert conflict.value.status == 409
+
+
+async def test_the_service_is_discoverable(stack: Stack) -> None:
+    """ADR-32: $SRV.INFO answers with the endpoints and their subjects (what `nats micro` shows)."""
+    nc = await nats.connect(stack.settings.nats_url)
+    try:
+        info = msgspec.json.decode((await nc.request("$SRV.INFO.jobsched", b"", timeout=5)).data)
+    finally:
+        await nc.close()
+    subjects = {e["subject"] for e in info["endpoints"]}
+    prefix = stack.settings.subject_prefix
+    assert {
+        f"{prefix}.api.{op}"
+        for op in ("create", "get", "list", "cancel", "pause", "resume", "trigger")
+    } <= subjects

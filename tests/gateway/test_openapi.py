@@ -1,0 +1,49 @@
+"""The OpenAPI document is valid OpenAPI 3.1, describes exactly the routes the gateway serves,
+and is served with an HTML page."""
+
+from __future__ import annotations
+
+from openapi_spec_validator import validate
+
+from gateway.app import GatewayConfig, GatewayDeps, create_app
+from gateway.openapi import ROUTES, UNDOCUMENTED, openapi_document
+from jobsched.tasks import builtin_catalog
+from tests.conftest import TEST_SECRET
+from tests.gateway.conftest import Api
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    doc = openapi_document(task_ids=["noop"])
+    validate(doc)
+    assert doc["openapi"] == "3.1.0"
+    assert doc["components"]["schemas"]["JobCreate"]["properties"]["taskId"]["enum"] == ["noop"]
+
+
+def test_the_document_describes_exactly_the_routes_served() -> None:
+    app = create_app(
+        GatewayDeps(None, None, builtin_catalog(), None, GatewayConfig(auth_secret=TEST_SECRET))
+    )  # type: ignore[arg-type]
+    served = {
+        (r.method.lower(), r.resource.canonical)  # type: ignore[union-attr]
+        for r in app.router.routes()
+        if r.method != "HEAD"
+    }
+    documented = {(r.method, r.path.replace("{job_id}", "{job_id}")) for r in ROUTES}
+    assert {s for s in served if s[1] not in UNDOCUMENTED} == documented
+    paths = openapi_document()["paths"]
+    assert {(m, p) for p, ops in paths.items() for m in ops} == documented
+
+
+async def test_served_as_json_and_html(api: Api) -> None:
+    async with api.session.get(f"{api.url}/openapi.json") as resp:
+        assert resp.status == 200
+        doc = await resp.json()
+    assert set(doc["components"]["schemas"]["JobCreate"]["properties"]["taskId"]["enum"]) >= {
+        "noop",
+        "generate_report",
+    }
+    async with api.session.get(f"{api.url}/docs") as resp:
+        assert resp.status == 200 and resp.content_type == "text/html"
+        page = await resp.text()
+    for path in doc["paths"]:
+        assert path in page
