@@ -15,6 +15,7 @@ import logging
 
 import msgspec
 
+from actors.metrics import Metrics
 from bus.nats import Bus, ConsumerMissing, Delivery, status_decoder
 from core.errors import BusUnavailable, StoreUnavailable
 from core.model import TERMINAL_EXECUTION_STATUSES, ExecutionStatus, StatusEvent
@@ -33,9 +34,13 @@ class Recorder:
         bus: connected NATS adapter.
         store: the job store.
         batch: most events applied per store call.
+        metrics: where it counts recorded events and failed store writes; default: a registry
+            of its own.
     """
 
-    def __init__(self, bus: Bus, store: JobStore, *, batch: int = 512) -> None:
+    def __init__(
+        self, bus: Bus, store: JobStore, *, batch: int = 512, metrics: Metrics | None = None
+    ) -> None:
         self.bus = bus
         self.store = store
         self.batch = batch
@@ -43,6 +48,7 @@ class Recorder:
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self.recorded = 0
+        self.metrics = metrics or Metrics()
 
     def stop(self) -> None:
         """Stop after the batch in hand (idempotent)."""
@@ -93,6 +99,7 @@ class Recorder:
                 await self.store.apply_events(events)
                 break
             except StoreUnavailable as e:
+                self.metrics.store_write_failures.inc()
                 if self._stopping.is_set():
                     return
                 log.warning("recorder: store unavailable (%s); retrying in %.1f s", e, delay)
@@ -102,6 +109,7 @@ class Recorder:
                 await self._pause(delay)
                 delay = min(delay * 2, 5.0)
         self.recorded += len(events)
+        self.metrics.events_recorded.inc(len(events))
         finished = sorted({e.job_id for e in events if e.status in TERMINAL_EXECUTION_STATUSES})
         if finished:
             with contextlib.suppress(BusUnavailable):

@@ -25,6 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from actors.metrics import Metrics
 from actors.ownership import Ownership, StaticOwnership
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
@@ -89,6 +90,8 @@ class Scheduler:
         ownership: which partitions it may dispatch; default: all of them, alone.
         scheduler_id: unique id of this scheduler, recorded on the runs it dispatches.
         markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
+        metrics: where it observes scheduling delays, skips, its heap and partitions; default:
+            a registry of its own.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class Scheduler:
         ownership: Ownership | None = None,
         scheduler_id: str = "scheduler",
         markers: CancelMarkers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -120,6 +124,7 @@ class Scheduler:
         self._waiting: dict[str, str] = {}
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
+        self.metrics = metrics or Metrics()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -153,6 +158,7 @@ class Scheduler:
             await finished.close()
 
     async def _loop(self) -> None:
+        heap_size, owned_partitions = self.metrics.heap_size, self.metrics.owned_partitions
         while not self._stopping.is_set():
             try:
                 await self._step()
@@ -160,6 +166,9 @@ class Scheduler:
                 log.warning("%s: %s; retrying in 1 s", self.name, e)
                 await self._pause(1.0)
                 continue
+            finally:
+                heap_size.set(len(self.heap))
+                owned_partitions.set(len(self.owned))
             await self.clock.sleep_until(self._next_deadline(), self._wake)
             self._wake.clear()
 
@@ -262,8 +271,8 @@ class Scheduler:
             job = by_exec[d.execution.id]
             if d.execution.status == ExecutionStatus.QUEUED:
                 messages.append(_run_message(job, d.execution, now, attempt_offset=0))
-            elif d.execution.skip_reason and d.execution.missed is None:
-                log.info("run %s SKIPPED: %s", d.execution.id, d.execution.skip_reason)
+            elif d.execution.skip_reason:
+                self._skipped(d.execution)
             if outcome.created:
                 events.append(_recorded_event(d.execution))
             if d.next_run_at is not None and d.next_run_at <= self._window_end:
@@ -272,6 +281,14 @@ class Scheduler:
             await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
         await self._publish(messages)
         self.dispatched += len(messages)
+
+    def _skipped(self, run: Execution) -> None:
+        assert run.skip_reason is not None
+        if run.missed is None:
+            log.info("run %s SKIPPED: %s", run.id, run.skip_reason)
+            self.metrics.skipped(run.skip_reason)
+        else:
+            self.metrics.skipped(run.skip_reason, run.missed.count)
 
     async def _follow(self, job: Job, plan: JobPlan) -> list[Dispatch]:
         """Act on the parts of ``plan`` that are not the chain; the chain to record."""
@@ -334,10 +351,16 @@ class Scheduler:
         if not messages:
             return
         results = await self.bus.publish_runs(messages)
-        failed = 0
+        acked_at = self.clock.now().timestamp()
+        delay = self.metrics.schedule_to_publish
+        failed = redispatched = 0
         for msg, err in zip(messages, results, strict=True):
             if err is None:
                 self._unpublished.pop(msg.execution_id, None)
+                if msg.redispatch:
+                    redispatched += 1
+                else:
+                    delay.observe(max(0.0, acked_at - msg.scheduled_for.timestamp()))
                 log.info(
                     "run %s published to %s",
                     msg.execution_id,
@@ -348,6 +371,8 @@ class Scheduler:
                 failed += 1
                 if len(self._unpublished) < 100_000:
                     self._unpublished[msg.execution_id] = msg
+        self.metrics.dispatched_runs.inc(len(messages) - failed - redispatched)
+        self.metrics.redispatched_runs.inc(redispatched)
         if failed:
             log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)
             await self.bus.ensure_streams_quietly()
@@ -380,7 +405,11 @@ class Scheduler:
         live = [e for e in lost if e.job_id in jobs and _resendable(jobs[e.job_id], e)]
         dead = [e for e in lost if e not in live]
         if dead:
-            await self.store.apply_events([_closing_event(e, jobs.get(e.job_id), at) for e in dead])
+            closing = [_closing_event(e, jobs.get(e.job_id), at) for e in dead]
+            await self.store.apply_events(closing)
+            for event in closing:
+                if event.status == ExecutionStatus.SKIPPED and event.error:
+                    self.metrics.skipped(event.error)
             log.info("%s: closed %d run(s) that must not run any more", self.name, len(dead))
         messages = [
             _run_message(

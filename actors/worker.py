@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import msgspec
 
 from actors.cpu import CpuPool
+from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
 from bus.cancel import CancelMarkers
 from bus.nats import Bus, ConsumerMissing, Delivery, PullConsumer, run_decoder, run_key
 from core.backoff import retry_delay
@@ -80,6 +82,9 @@ class Worker:
         catalog: the tasks this worker can run.
         clock: wall clock for timestamps.
         config: see :class:`WorkerConfig`.
+        markers: cancellation markers to watch (None: runs are not cancelled while running).
+        metrics: where it observes runs (per task of ``catalog``) and redeliveries; default: a
+            registry of its own.
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class Worker:
         clock: Clock,
         config: WorkerConfig,
         markers: CancelMarkers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.bus = bus
         self.catalog = catalog
@@ -106,6 +112,9 @@ class Worker:
         self._cpu = CpuPool(config.cpu_slots)
         self._cpu_slots = asyncio.Semaphore(self._cpu.slots)
         self._finished: collections.OrderedDict[str, bool] = collections.OrderedDict()
+        self.metrics = metrics or Metrics()
+        self._task_metrics = {spec.name: self.metrics.task(spec.name) for spec in catalog}
+        self._unknown_task = self.metrics.task(UNKNOWN_TASK)
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -156,6 +165,7 @@ class Worker:
             await self._pause(1.0)
 
     async def _pull(self, queue: str, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
+        redelivered = self.metrics.redeliveries.labels(queue=queue)
         while not self._stopping.is_set():
             free = self.config.concurrency - self._active
             if free <= 0:
@@ -173,6 +183,8 @@ class Worker:
                 await self._pause(1.0)
                 continue
             for d in deliveries:
+                if d.num_delivered > 1:
+                    redelivered.inc()
                 if self._stopping.is_set():
                     await _shielded(d.nak(), 2.0)
                     continue
@@ -277,6 +289,11 @@ class Worker:
         await self._report(
             msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started)
         )
+        metrics = self._metrics_of(run.task_id)
+        if attempt == 1:
+            metrics.schedule_to_start.observe(
+                max(0.0, started.timestamp() - run.scheduled_for.timestamp())
+            )
         log.info(
             "run %s attempt %d/%d RUNNING",
             run.execution_id,
@@ -287,16 +304,19 @@ class Worker:
         ctx = TaskContext(
             run.execution_id, run.job_id, attempt, run.scheduled_for, self.config.data_dir
         )
+        began = time.perf_counter()
         try:
             result = await self._execute(spec, params, ctx, run.timeout_seconds)
-        except RunCancelled:
-            await self._cancelled(d, run, attempt, started=started)
-            return
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            await self._failed(d, run, base, attempt, _describe(e))
+            metrics.duration.observe(time.perf_counter() - began)
+            if isinstance(e, RunCancelled):
+                await self._cancelled(d, run, attempt, started=started)
+            else:
+                await self._failed(d, run, base, attempt, _describe(e))
             return
+        metrics.duration.observe(time.perf_counter() - began)
         now = self.clock.now()
         await self._report(
             msgspec.structs.replace(
@@ -308,6 +328,7 @@ class Worker:
             )
         )
         await self._settle(d, run.execution_id, ack=True)
+        metrics.succeeded.inc()
         log.info(
             "run %s SUCCEEDED",
             run.execution_id,
@@ -369,6 +390,7 @@ class Worker:
             )
         )
         await self._settle(d, run.execution_id, ack=False)
+        self._metrics_of(run.task_id).cancelled.inc()
         log.info("run %s CANCELLED", run.execution_id, extra={"execution_id": run.execution_id})
 
     async def _failed(
@@ -389,6 +411,7 @@ class Worker:
                     next_attempt_at=now + timedelta(seconds=delay),
                 )
             )
+            self._metrics_of(run.task_id).retries.inc()
             await d.nak(delay)
             log.info(
                 "run %s attempt %d failed (%s); retry in %.2f s",
@@ -405,6 +428,7 @@ class Worker:
             )
         )
         await self._settle(d, run.execution_id, ack=False)
+        self._metrics_of(run.task_id).failed.inc()
         log.info(
             "run %s FAILED after %d attempt(s): %s", run.execution_id, attempt, error, extra=extra
         )
@@ -418,6 +442,7 @@ class Worker:
             )
         )
         await self._settle(d, run.execution_id, ack=False)
+        self._metrics_of(run.task_id).failed.inc()
         log.warning(
             "run %s FAILED: %s", run.execution_id, error, extra={"execution_id": run.execution_id}
         )
@@ -448,6 +473,10 @@ class Worker:
                     )
                 )
         await d.term()
+        self._unknown_task.failed.inc()
+
+    def _metrics_of(self, task_id: str) -> TaskMetrics:
+        return self._task_metrics.get(task_id, self._unknown_task)
 
     def _event_base(self, run: RunMessage, attempt: int, started: datetime | None) -> StatusEvent:
         return StatusEvent(

@@ -37,6 +37,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         subject_prefix: ``JOBSCHED_SUBJECT_PREFIX``; first token of every NATS subject and the
             prefix of stream and bucket names, so deployments (and tests) can share a server.
         http_host / http_port: ``JOBSCHED_HTTP_HOST`` / ``_PORT``; the gateway's listen address.
+        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the Prometheus ``GET /metrics`` server
+            of a scheduler or worker process, on ``http_host``; 0 = none. A process that runs
+            the gateway serves ``/metrics`` on the gateway's port instead (``jobsched dev``).
+        queue_depth_interval_seconds: how often scheduler and worker processes refresh the
+            ``jobsched_queue_depth`` gauge of their queues from JetStream (seconds).
         queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.
         ack_wait_seconds: JetStream ack wait of the work consumers (seconds).
         max_deliver: JetStream max deliveries of the work consumers; caps jobs' ``maxAttempts``.
@@ -73,6 +78,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     subject_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,32}$")] = "jobsched"
     http_host: str = "127.0.0.1"
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    metrics_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    queue_depth_interval_seconds: Positive = 5.0
     queues: str = "default"
     ack_wait_seconds: Positive = 30.0
     max_deliver: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20

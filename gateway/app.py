@@ -16,7 +16,9 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from actors.metrics import metrics_handler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
 from core import schedule as schedules
@@ -92,6 +94,7 @@ class GatewayDeps:
     clock: Clock
     config: GatewayConfig
     markers: CancelMarkers | None = None
+    registry: CollectorRegistry | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)
@@ -136,6 +139,8 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/tasks", list_tasks)
     app.router.add_get("/ws", live_status)
     app.router.add_get("/openapi.json", openapi_json)
+    if deps.registry is not None:
+        app.router.add_get("/metrics", metrics_handler(deps.registry))
     app.router.add_get("/docs", docs)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.ownership import LeaseOwnership
 from actors.recorder import Recorder
 from actors.scheduler import Scheduler, SchedulerConfig
@@ -190,6 +191,19 @@ class Gateway:
         self._stop.set()
 
 
+def metrics_actors(settings: Settings, roles: Roles, bus: Bus, metrics: Metrics) -> list[Actor]:
+    """The queue-depth monitor of a scheduler or worker process (scheduler processes report
+    their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), and the metrics
+    server of a process without the gateway when ``metrics_port`` is set."""
+    actors: list[Actor] = []
+    if roles.scheduler or roles.worker:
+        interval_s = settings.queue_depth_interval_seconds
+        actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
+    if settings.metrics_port and not roles.gateway:
+        actors.append(MetricsServer(metrics.registry, settings.http_host, settings.metrics_port))
+    return actors
+
+
 async def run_actors(actors: list[Actor], stop: asyncio.Event) -> None:
     """Run ``actors`` until ``stop`` is set or one of them fails; then stop them all."""
     async with asyncio.TaskGroup() as tg:
@@ -232,10 +246,13 @@ async def serve(
 ) -> None:
     """Run the given roles in this process until ``stop`` is set.
 
-    ``started`` (if given)
-    receives ``{"url": gateway URL}`` once every actor is ready.
+    ``started`` (if given) receives ``{"url": gateway URL}`` once every actor is ready, plus
+    ``{"metrics_url": ...}`` when a metrics server runs. Every role of the process observes into
+    one :class:`Metrics` registry, served by the gateway's ``/metrics`` or, in a process without
+    the gateway, by a :class:`MetricsServer` on ``settings.metrics_port`` (0: none).
     """
     clock = clock or SystemClock()
+    metrics = Metrics()
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(connected_bus(settings, "jobsched", servers))
         actors: list[Actor] = []
@@ -254,6 +271,7 @@ async def serve(
                 clock,
                 gateway_config(settings, secret),
                 markers,
+                metrics.registry,
             )
             app = create_app(deps)
             gateway = Gateway(app, settings.http_host, settings.http_port)
@@ -279,20 +297,26 @@ async def serve(
                     ownership=ownership,
                     scheduler_id=member,
                     markers=markers,
+                    metrics=metrics,
                 )
             )
         if roles.runs_recorder:
             assert store is not None
-            actors.append(Recorder(bus, store))
+            actors.append(Recorder(bus, store, metrics=metrics))
         if roles.worker:
-            actors.append(
-                Worker(bus, load_catalog(settings.tasks), clock, worker_config(settings), markers)
-            )
+            catalog = load_catalog(settings.tasks)
+            config = worker_config(settings)
+            actors.append(Worker(bus, catalog, clock, config, markers, metrics=metrics))
+        actors += metrics_actors(settings, roles, bus, metrics)
+        metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 
         async def announce() -> None:
             await asyncio.gather(*(a.ready.wait() for a in actors))
             if started is not None and not started.done():
-                started.set_result({"url": gateway.url if gateway else ""})
+                info = {"url": gateway.url if gateway else ""}
+                if metrics_server is not None:
+                    info["metrics_url"] = metrics_server.url
+                started.set_result(info)
 
         async with asyncio.TaskGroup() as tg:
             announcer = tg.create_task(announce(), name="announce-ready")

@@ -29,11 +29,41 @@ from core.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
 
-SCHEDULING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+SCHEDULING_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 """Buckets of scheduling delays (seconds): 1 ms to 60 s."""
 
 DURATION_BUCKETS = (
-    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
 )
 """Buckets of run durations (seconds): 1 ms to 1 h."""
 
@@ -69,7 +99,7 @@ class Metrics:
         heap_size / owned_partitions: gauges of the scheduler's state.
         schedule_to_start / run_duration / runs / retries: per ``task`` (worker).
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
-        queue_depth: gauge of runs waiting or in progress, by ``queue`` (:class:`QueueDepthMonitor`).
+        queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
     """
 
