@@ -24,7 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from bus.nats import Bus
+from bus.nats import Bus, raise_if_cancelling
 from core.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -308,6 +308,7 @@ class QueueDepthMonitor:
         gauges = [(q, self.metrics.queue_depth.labels(queue=q)) for q in self.queues]
         self.ready.set()
         while not self._stop.is_set():
+            raise_if_cancelling()
             for queue, gauge in gauges:
                 try:
                     gauge.set(await self.bus.queue_depth(queue))

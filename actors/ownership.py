@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bus.leases import LeaseBucket, LeaseLost
+from bus.nats import raise_if_cancelling
 from core.errors import BusUnavailable
 from core.partitions import rebalance
 
@@ -117,6 +118,7 @@ class LeaseOwnership:
         await self.bucket.open()
         try:
             while not self._stop.is_set():
+                raise_if_cancelling()
                 try:
                     await self._round(on_gained, on_lost)
                 except BusUnavailable as e:

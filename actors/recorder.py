@@ -16,7 +16,7 @@ import logging
 import msgspec
 
 from actors.metrics import Metrics
-from bus.nats import Bus, ConsumerMissing, Delivery, status_decoder
+from bus.nats import Bus, ConsumerMissing, Delivery, raise_if_cancelling, status_decoder
 from core.errors import BusUnavailable, StoreUnavailable
 from core.model import TERMINAL_EXECUTION_STATUSES, ExecutionStatus, StatusEvent
 from core.ports import JobStore
@@ -59,6 +59,7 @@ class Recorder:
         self.ready.set()
         try:
             while not self._stopping.is_set():
+                raise_if_cancelling()
                 try:
                     deliveries = await consumer.fetch(self.batch, timeout_s=1.0)
                 except ConsumerMissing as e:
@@ -95,6 +96,7 @@ class Recorder:
         deliveries = good
         delay = 0.2
         while True:
+            raise_if_cancelling()
             try:
                 await self.store.apply_events(events)
                 break

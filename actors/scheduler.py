@@ -25,14 +25,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import msgspec
+
 from actors.metrics import Metrics
 from actors.ownership import Ownership, StaticOwnership
 from bus.cancel import CancelMarkers
-from bus.nats import Bus
+from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
-from core.dispatch import JobPlan, plan_job
+from core.dispatch import JobPlan, due_at, plan_job
 from core.errors import BusUnavailable, StoreUnavailable
-from core.heap import FireHeap
+from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
@@ -67,6 +69,9 @@ class SchedulerConfig:
             message is gone from the work stream (seconds).
         batch: most runs dispatched per store call.
         heap_limit: most jobs loaded into the heap by one scan.
+        prepare_ahead_s: runs are recorded (job advanced, execution QUEUED) up to this long
+            before they are due, and published at their due time, so that the store write is
+            off the critical path (seconds; 0 = record at the due time).
         misfire_grace_s: a run starting this late is still on time (seconds).
     """
 
@@ -76,6 +81,7 @@ class SchedulerConfig:
     redispatch_after_s: float = 60.0
     batch: int = 500
     heap_limit: int = 100_000
+    prepare_ahead_s: float = 1.0
     misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S
 
 
@@ -122,6 +128,8 @@ class Scheduler:
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
+        self.at_due = FireHeap()
+        self.prepared: TimedQueue[RunMessage] = TimedQueue()
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
         self.metrics = metrics or Metrics()
@@ -160,6 +168,7 @@ class Scheduler:
     async def _loop(self) -> None:
         heap_size, owned_partitions = self.metrics.heap_size, self.metrics.owned_partitions
         while not self._stopping.is_set():
+            raise_if_cancelling()
             try:
                 await self._step()
             except (StoreUnavailable, BusUnavailable) as e:
@@ -189,7 +198,12 @@ class Scheduler:
 
     def _next_deadline(self) -> datetime:
         top = self.heap.peek()
-        deadline = self._next_scan if top is None else min(top, self._next_scan)
+        deadline = self._next_scan
+        if top is not None:
+            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s))
+        for t in (self.prepared.peek(), self.at_due.peek()):
+            if t is not None:
+                deadline = min(deadline, t)
         if self._unpublished:
             deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
         return deadline
@@ -201,11 +215,17 @@ class Scheduler:
             await self._scan()
         if self._unpublished:
             await self._publish(list(self._unpublished.values()))
+        await self._publish(self.prepared.pop_due(self.clock.now()))
+        ahead = timedelta(seconds=self.config.prepare_ahead_s)
         while not self._stopping.is_set():
-            due = self.heap.pop_due(self.clock.now(), self.config.batch)
+            now = self.clock.now()
+            due = self.at_due.pop_due(now, self.config.batch) or self.heap.pop_due(
+                now + ahead, self.config.batch
+            )
             if not due:
                 break
             await self._dispatch([job_id for job_id, _ in due])
+            await self._publish(self.prepared.pop_due(self.clock.now()))
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -239,6 +259,7 @@ class Scheduler:
     # --- dispatching ---------------------------------------------------------------------------
 
     async def _dispatch(self, job_ids: Collection[str]) -> None:
+        """Record the runs of the given due (or soon due) jobs; hold them until their time."""
         now = self.clock.now()
         owned = self.owned
         jobs = [
@@ -246,41 +267,56 @@ class Scheduler:
             for j in await self.store.get_jobs(job_ids)
             if j.next_run_at is not None and j.partition in owned
         ]
-        previous = await self._previous_runs(jobs)
-        chain: list[Dispatch] = []
-        by_exec: dict[str, Job] = {}
-        for job in jobs:
-            plan = plan_job(
-                job,
-                now,
-                previous=previous.get(job.id),
-                buffered=self._waiting.pop(job.id, None) is not None,
-                scheduler_id=self.scheduler_id,
-            )
-            for d in await self._follow(job, plan):
-                by_exec[d.execution.id] = job
-                chain.append(d)
+        chain = await self._plan(jobs, now)
         if not chain:
             return
-        outcomes = await self.store.dispatch(chain)
-        messages: list[RunMessage] = []
+        outcomes = await self.store.dispatch([d for d, _, _ in chain])
         events: list[Event] = []
-        for d, outcome in zip(chain, outcomes, strict=True):
+        upcoming: dict[str, tuple[datetime | None, int]] = {}
+        for (d, job, when), outcome in zip(chain, outcomes, strict=True):
             if not outcome.advanced:
                 continue
-            job = by_exec[d.execution.id]
             if d.execution.status == ExecutionStatus.QUEUED:
-                messages.append(_run_message(job, d.execution, now, attempt_offset=0))
+                self.prepared.add(when, _run_message(job, d.execution, now, attempt_offset=0))
             elif d.execution.skip_reason:
                 self._skipped(d.execution)
             if outcome.created:
                 events.append(_recorded_event(d.execution))
-            if d.next_run_at is not None and d.next_run_at <= self._window_end:
-                self.heap.push(job.id, d.next_run_at, job.partition)
+            upcoming[job.id] = (d.next_run_at, job.partition)
+        for job_id, (nxt, partition) in upcoming.items():
+            if nxt is not None and nxt <= self._window_end:
+                self.heap.push(job_id, nxt, partition)
         if events:
             await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
-        await self._publish(messages)
-        self.dispatched += len(messages)
+
+    async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
+        """The chain to record for ``jobs``: each entry with its job and publish time.
+
+        A job is planned as of its due time (recorded up to ``prepare_ahead_s`` early). A job
+        whose previous run still runs is decided at its due time instead, not ahead of it.
+        """
+        previous = await self._previous_runs(jobs)
+        ahead = now + timedelta(seconds=self.config.prepare_ahead_s)
+        chain: list[tuple[Dispatch, Job, datetime]] = []
+        for job in jobs:
+            when = max(now, due_at(job) or now)
+            if when > ahead:  # not due yet (its entry was stale, or its jitter delays it)
+                if when <= self._window_end:
+                    self.heap.push(job.id, when, job.partition)
+                continue
+            prev = previous.get(job.id)
+            if when > now and prev is not None and prev.status in ACTIVE_EXECUTION_STATUSES:
+                self.at_due.push(job.id, when, job.partition)
+                continue
+            plan = plan_job(
+                job,
+                when,
+                previous=prev,
+                buffered=self._waiting.pop(job.id, None) is not None,
+                scheduler_id=self.scheduler_id,
+            )
+            chain.extend((d, job, when) for d in await self._follow(job, plan))
+        return chain
 
     def _skipped(self, run: Execution) -> None:
         assert run.skip_reason is not None
@@ -350,6 +386,8 @@ class Scheduler:
     async def _publish(self, messages: list[RunMessage]) -> None:
         if not messages:
             return
+        now = self.clock.now()
+        messages = [msgspec.structs.replace(m, published_at=now) for m in messages]
         results = await self.bus.publish_runs(messages)
         acked_at = self.clock.now().timestamp()
         delay = self.metrics.schedule_to_publish
@@ -372,6 +410,7 @@ class Scheduler:
                 if len(self._unpublished) < 100_000:
                     self._unpublished[msg.execution_id] = msg
         self.metrics.dispatched_runs.inc(len(messages) - failed - redispatched)
+        self.dispatched += len(messages) - failed - redispatched
         self.metrics.redispatched_runs.inc(redispatched)
         if failed:
             log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)

@@ -31,7 +31,15 @@ import msgspec
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
 from bus.cancel import CancelMarkers
-from bus.nats import Bus, ConsumerMissing, Delivery, PullConsumer, run_decoder, run_key
+from bus.nats import (
+    Bus,
+    ConsumerMissing,
+    Delivery,
+    PullConsumer,
+    raise_if_cancelling,
+    run_decoder,
+    run_key,
+)
 from core.backoff import retry_delay
 from core.clock import Clock
 from core.errors import BusUnavailable, InvalidRequest
@@ -167,6 +175,7 @@ class Worker:
     async def _pull(self, queue: str, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
         redelivered = self.metrics.redeliveries.labels(queue=queue)
         while not self._stopping.is_set():
+            raise_if_cancelling()
             free = self.config.concurrency - self._active
             if free <= 0:
                 self._freed.clear()
@@ -274,7 +283,7 @@ class Worker:
                     self._keep_alive(d), name=f"{self.name} in-progress {run.execution_id}"
                 )
                 try:
-                    await self._attempt(d, run, spec, params, attempt)
+                    await self._attempt(d, run, spec, params, attempt, tg)
                 finally:
                     keepalive.cancel()
         except asyncio.CancelledError:
@@ -282,12 +291,21 @@ class Worker:
             raise
 
     async def _attempt(
-        self, d: Delivery, run: RunMessage, spec: TaskSpec, params: msgspec.Struct, attempt: int
+        self,
+        d: Delivery,
+        run: RunMessage,
+        spec: TaskSpec,
+        params: msgspec.Struct,
+        attempt: int,
+        tg: asyncio.TaskGroup,
     ) -> None:
+        """One attempt. The RUNNING report is acknowledged while the task runs (not before it
+        starts); every later report of the run waits for it, so the stream keeps their order."""
         started = self.clock.now()
         base = self._event_base(run, attempt, started)
-        await self._report(
-            msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started)
+        running = tg.create_task(
+            self._report(msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started)),
+            name=f"{self.name} report RUNNING {run.execution_id}",
         )
         metrics = self._metrics_of(run.task_id)
         if attempt == 1:
@@ -311,6 +329,7 @@ class Worker:
             raise
         except Exception as e:
             metrics.duration.observe(time.perf_counter() - began)
+            await running
             if isinstance(e, RunCancelled):
                 await self._cancelled(d, run, attempt, started=started)
             else:
@@ -318,6 +337,7 @@ class Worker:
             return
         metrics.duration.observe(time.perf_counter() - began)
         now = self.clock.now()
+        await running
         await self._report(
             msgspec.structs.replace(
                 base,
@@ -500,6 +520,7 @@ class Worker:
         """Publish ``event`` until JetStream acknowledges it (retrying through NATS outages)."""
         delay = 0.1
         while True:
+            raise_if_cancelling()
             try:
                 await self.bus.publish_status(event)
                 return
@@ -524,6 +545,7 @@ class Worker:
     async def _keep_alive(self, d: Delivery) -> None:
         period = self.config.ack_wait_s / 3
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(period)
             try:
                 await d.in_progress()

@@ -20,7 +20,7 @@ import nats.js.errors
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from bus.nats import Bus, run_key, translated
+from bus.nats import Bus, raise_if_cancelling, run_key, translated
 from core.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class CancelMarkers:
         existed at start are loaded.
         """
         while True:
+            raise_if_cancelling()
             try:
                 kv = await self.open()
                 with translated("watch cancel markers"):
@@ -98,6 +99,7 @@ class CancelMarkers:
         self, watcher: KeyValue.KeyWatcher, on_marker: Callable[[str | None, str | None], None]
     ) -> None:
         while True:
+            raise_if_cancelling()
             try:
                 entry = await watcher.updates(timeout=5.0)  # type: ignore[no-untyped-call]
             except nats.errors.TimeoutError:

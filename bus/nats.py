@@ -59,6 +59,7 @@ from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, Sta
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
+RECONNECT_WAIT_S = 0.5
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
@@ -112,6 +113,18 @@ class BusConfig:
     @staticmethod
     def work_consumer(queue: str) -> str:
         return f"workers-{queue}"
+
+
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that a library swallowed.
+
+    ``asyncio.wait_for`` (used inside nats-py) can lose a cancellation that races with its
+    result on Python 3.11; a loop that calls such code checks this at its head, so a stop always
+    ends it.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def run_key(execution_id: str) -> str:
@@ -355,29 +368,37 @@ class Bus:
         async def on_error(e: Exception) -> None:
             log.warning("NATS error: %s", e)
 
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            try:
-                self._nc = await nats.connect(
-                    servers=self.config.servers,
-                    name=self._name,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
-                    connect_timeout=2,
-                    disconnected_cb=on_disconnect,
-                    reconnected_cb=on_reconnect,
-                    error_cb=on_error,
-                    allow_reconnect=True,
-                )
-                break
-            except (nats.errors.Error, OSError, TimeoutError) as e:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise BusUnavailable(
-                        f"cannot connect to NATS at {', '.join(self.config.servers)}: {e}"
-                    ) from e
-                await asyncio.sleep(0.25)
-        self._js = self._nc.jetstream(timeout=5)
+        attempts = max(1, int(timeout_s / RECONNECT_WAIT_S))
+        try:
+            nc = await self._connect_once(attempts, on_disconnect, on_reconnect, on_error)
+        except (nats.errors.Error, OSError, TimeoutError) as e:
+            raise BusUnavailable(
+                f"cannot connect to NATS at {', '.join(self.config.servers)}: {e}"
+            ) from e
+        nc.options["max_reconnect_attempts"] = -1  # once connected, reconnect forever
+        self._nc = nc
+        self._js = nc.jetstream(timeout=5)
         self.connected.set()
+
+    async def _connect_once(
+        self,
+        attempts: int,
+        on_disconnect: Callable[[], Awaitable[None]],
+        on_reconnect: Callable[[], Awaitable[None]],
+        on_error: Callable[[Exception], Awaitable[None]],
+    ) -> Client:
+        """Connect, trying the servers up to ``attempts`` times (nats-py's own retry loop)."""
+        return await nats.connect(
+            servers=self.config.servers,
+            name=self._name,
+            max_reconnect_attempts=attempts,
+            reconnect_time_wait=RECONNECT_WAIT_S,
+            connect_timeout=2,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+            error_cb=on_error,
+            allow_reconnect=True,
+        )
 
     async def close(self) -> None:
         """Drain and close the connection (or just close it while it is down); idempotent."""

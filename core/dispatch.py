@@ -100,7 +100,8 @@ def plan_job(
     if active and policy == OverlapPolicy.FORBID:
         assert previous is not None
         skip_reason = f"overlap: previous run {previous.id} is still {previous.status}"
-    chain = _chain(job, occurrence, plan, now, scheduler_id, skip_reason)
+    latest_only = policy != OverlapPolicy.ALLOW and len(plan.runs) > 1
+    chain = _chain(job, occurrence, plan, now, scheduler_id, skip_reason, latest_only)
     cancel = previous.id if active and policy == OverlapPolicy.REPLACE and previous else None
     return JobPlan(dispatches=chain, cancel=cancel, misfire=plan.misfire)
 
@@ -112,7 +113,11 @@ def _chain(
     now: datetime,
     scheduler_id: str,
     skip_reason: str | None,
+    latest_only: bool,
 ) -> list[Dispatch]:
+    """The chain of ``plan``. With ``latest_only`` (an overlap policy other than ``allow`` and
+    several occurrences due at once, e.g. within the misfire grace after a delay) only the
+    latest runs: the earlier ones would overlap it and are recorded as SKIPPED."""
     chain: list[Dispatch] = []
     expected = occurrence
     steps: list[tuple[datetime, Execution]] = []
@@ -124,9 +129,12 @@ def _chain(
             (m.first_missed, _skipped(job, m.first_missed, now, scheduler_id, "misfire", missed))
         )
     grace = timedelta(seconds=job.misfire_grace_seconds)
-    for run_at in plan.runs:
+    crowded = f"overlap: {len(plan.runs)} occurrences were due at once; only the latest runs"
+    for i, run_at in enumerate(plan.runs):
         if skip_reason is not None:
             ex = _skipped(job, run_at, now, scheduler_id, skip_reason, None)
+        elif latest_only and i < len(plan.runs) - 1:
+            ex = _skipped(job, run_at, now, scheduler_id, crowded, None)
         else:
             trigger = RunTrigger.CATCH_UP if now - run_at > grace else RunTrigger.SCHEDULE
             ex = _queued(job, run_at, now, scheduler_id, trigger)

@@ -64,7 +64,8 @@ class InvalidCron(InvalidRequest):
     def __init__(self, cron_field: str, reason: str, *, path: str = "schedule.expression") -> None:
         self.cron_field = cron_field
         self.reason = reason
-        super().__init__(FieldError(path, f"{cron_field} field: {reason}"))
+        where = reason if cron_field == "expression" else f"{cron_field} field: {reason}"
+        super().__init__(FieldError(path, where))
 
 
 class MalformedRequest(JobschedError, ValueError):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from core.timeutil import from_epoch_ms, to_epoch_ms
+
+T = TypeVar("T")
 
 
 class FireHeap:
@@ -83,3 +86,34 @@ class FireHeap:
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if self._due.get(e[2]) == e[0]]
         heapq.heapify(self._heap)
+
+
+class TimedQueue(Generic[T]):
+    """Items released at their time (earliest first): runs recorded ahead, published when due."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, T]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, at: datetime, item: T) -> None:
+        heapq.heappush(self._heap, (to_epoch_ms(at), next(self._seq), item))
+
+    def peek(self) -> datetime | None:
+        """Time of the earliest item, or None when empty."""
+        return from_epoch_ms(self._heap[0][0]) if self._heap else None
+
+    def pop_due(self, now: datetime) -> list[T]:
+        """Remove and return every item whose time is at or before ``now``, earliest first."""
+        now_ms = to_epoch_ms(now)
+        out: list[T] = []
+        while self._heap and self._heap[0][0] <= now_ms:
+            out.append(heapq.heappop(self._heap)[2])
+        return out
+
+    def drain(self) -> list[T]:
+        """Remove and return everything, earliest first."""
+        out = [heapq.heappop(self._heap)[2] for _ in range(len(self._heap))]
+        return out

@@ -49,6 +49,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         worker_cpu_slots: processes in a worker's pool for ``cpu`` tasks; 0 = one per core.
         scan_interval_seconds: period of the scheduler's safety scan of the store.
         lookahead_seconds: how far ahead the scheduler loads jobs into its heap.
+        prepare_ahead_seconds: how long before its due time a run is recorded (execution
+            QUEUED, job advanced); it is published at its due time. 0 records at the due time.
         redispatch_after_seconds: a QUEUED run not started after this long is re-published;
             0 = two ack waits.
         retry_backoff_seconds / retry_backoff_max_seconds: first and largest delay between attempts.
@@ -87,6 +89,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_cpu_slots: Annotated[int, msgspec.Meta(ge=0)] = 0
     scan_interval_seconds: Positive = 5.0
     lookahead_seconds: Positive = 30.0
+    prepare_ahead_seconds: Annotated[float, msgspec.Meta(ge=0, le=10)] = 1.0
     redispatch_after_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     retry_backoff_seconds: Positive = 1.0
     retry_backoff_max_seconds: Positive = 300.0

@@ -164,7 +164,7 @@ class JobService:
             parameters=body.parameters,
             queue=body.queue,
             max_attempts=max_attempts,
-            timeout_seconds=body.timeout_seconds or spec.timeout_seconds,
+            timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
             misfire_policy=body.misfire_policy,
             misfire_grace_seconds=body.misfire_grace_seconds,
             max_catch_up=body.max_catch_up,
@@ -221,7 +221,8 @@ class JobService:
         """Schedule the next occurrence after now (no storm of the runs missed while paused)."""
         job = await self.store.get_job(owner, job_id)
         now = self.clock.now()
-        nxt = schedules.next_run_from_now(job.schedule, job.last_scheduled_for, now)
+        anchor = job.last_scheduled_for or job.created_at  # an interval keeps its phase
+        nxt = schedules.next_run_from_now(job.schedule, anchor, now)
         job = await self.store.update_job(
             owner,
             job_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ import msgspec
 from core.errors import ConfigError, JobschedError
 from core.model import Event, JobEvent
 from core.settings import Settings, load_settings
+from core.timeutil import isoformat_z
 from gateway.auth import mint_token
 from jobsched.client import ApiError, JobschedClient, WatchClosed
 from jobsched.logs import configure_logging
@@ -41,8 +43,12 @@ def _settings(**overrides: object) -> Settings:
         raise click.ClickException(e.message) from None
 
 
-def _run_until_signal(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
-    """Run ``main(stop)``; SIGINT/SIGTERM set ``stop`` (a second signal exits at once)."""
+def _run_until_signal(
+    main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+    on_force: Callable[[], None] | None = None,
+) -> None:
+    """Run ``main(stop)``; SIGINT/SIGTERM set ``stop`` (a second signal exits at once, after
+    ``on_force``). A start-up failure is printed as one line, not a traceback."""
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -50,6 +56,8 @@ def _run_until_signal(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
         def on_signal() -> None:
             if stop.is_set():
+                if on_force is not None:
+                    on_force()
                 os._exit(130)
             click.echo("\nstopping (again to force)…", err=True)
             stop.set()
@@ -60,8 +68,19 @@ def _run_until_signal(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
     try:
         asyncio.run(runner())
-    except JobschedError as e:
-        raise click.ClickException(e.message) from None
+    except (JobschedError, OSError, BaseExceptionGroup) as e:
+        raise click.ClickException(_one_line(e)) from None
+
+
+def _one_line(e: BaseException) -> str:
+    """The first meaningful error inside ``e`` (exception groups included), in one line."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, JobschedError):
+        return e.message
+    if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
+        return f"{e.strerror or e}: another process already listens there (choose --port)"
+    return f"{type(e).__name__}: {e}"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -128,7 +147,7 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
             )
 
     try:
-        _run_until_signal(main_)
+        _run_until_signal(main_, on_force=server.kill)
     finally:
         server.stop()
         (data / DEV_FILE).unlink(missing_ok=True)
@@ -152,31 +171,37 @@ Try:
 
 
 async def submit_demo_jobs(url: str, token: str) -> None:
-    """The three example jobs of the product design."""
+    """The three example jobs of the product design, once per data directory.
+
+    Each is created with a fixed ``Idempotency-Key``, so restarting ``make run`` does not add
+    them again (a 409 means an earlier run created it).
+    """
     at = datetime.now(UTC) + timedelta(seconds=10)
-    demo_jobs: list[dict[str, Any]] = [
-        {
-            "taskId": "generate_report",
-            "parameters": {"reportType": "sales", "region": "ACME-42"},
-            "schedule": {"type": "immediate"},
-        },
-        {
-            "taskId": "cleanup_export",
-            "parameters": {"exportId": "ACME-42-2026"},
-            "schedule": {"type": "once", "executeAt": at.isoformat()},
-        },
-        {
-            "taskId": "generate_report",
-            "parameters": {"reportType": "usage", "region": "ACME-42"},
-            "schedule": {"type": "cron", "expression": "* * * * *", "timezone": "Europe/Berlin"},
-        },
-    ]
+    demo_jobs: list[tuple[str, dict[str, Any]]] = [
+        ("demo-immediate", {"taskId": "generate_report",
+                            "parameters": {"reportType": "sales", "region": "ACME-42"},
+                            "schedule": {"type": "immediate"}}),
+        ("demo-once", {"taskId": "cleanup_export", "parameters": {"exportId": "ACME-42-2026"},
+                       "schedule": {"type": "once", "executeAt": at.isoformat()}}),
+        ("demo-cron", {"taskId": "generate_report",
+                       "parameters": {"reportType": "usage", "region": "ACME-42"},
+                       "schedule": {"type": "cron", "expression": "* * * * *",
+                                    "timezone": "Europe/Berlin"}}),
+    ]  # fmt: skip
     async with JobschedClient(url, token) as client:
-        for body in demo_jobs:
-            job = await client.create_job(body)
+        for key, body in demo_jobs:
+            try:
+                job, replayed = await client.create_job_idempotent(body, key)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                click.echo(f"demo: {key} was submitted by an earlier run (see `jobsched list`)")
+                continue
+            kind = body["schedule"]["type"]
+            verb = "already submitted" if replayed else "submitted"
             click.echo(
-                f"demo: submitted {job.task_id} ({body['schedule']['type']}) as job {job.id}, "
-                f"next run {job.next_run_at}"
+                f"demo: {verb} {job.task_id} ({kind}) as job {job.id}, next run "
+                f"{isoformat_z(job.next_run_at) if job.next_run_at else '-'}"
             )
 
 
@@ -206,7 +231,13 @@ def worker() -> None:
 
 @main.command()
 @click.option("--user", required=True, help="The user the token identifies (its `sub`).")
-@click.option("--ttl-hours", type=float, default=24.0, show_default=True, help="Validity.")
+@click.option(
+    "--ttl-hours",
+    type=click.FloatRange(min=0, min_open=True),
+    default=24.0,
+    show_default=True,
+    help="Validity.",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -215,6 +246,8 @@ def worker() -> None:
 )
 def token(user: str, ttl_hours: float, data_dir: Path | None) -> None:
     """Print a bearer token for USER signed with the configured secret."""
+    if not user.strip():
+        raise click.BadParameter("must not be empty", param_hint="--user")
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
     dev_dir = Path(settings.data_dir)
     has_dev_secret = (dev_dir / "auth-secret").exists()
@@ -396,7 +429,7 @@ def list_(
         return
     click.echo(f"{'ID':32}  {'TASK':16} {'SCHEDULE':9} {'STATUS':9} {'LAST RUN':9} NEXT RUN")
     for j in page.items:
-        nxt = j.next_run_at.isoformat() if j.next_run_at else "-"
+        nxt = isoformat_z(j.next_run_at) if j.next_run_at else "-"
         last = j.last_run_status or "-"
         kind = type(j.schedule).__name__.removesuffix("Schedule").lower()
         click.echo(f"{j.id:32}  {j.task_id:16} {kind:9} {j.status:9} {last:9} {nxt}")

@@ -50,10 +50,7 @@ class ApiError(Exception):
         self.status = status
         self.problem = problem
         detail = problem.detail if problem and problem.detail else text
-        fields = ""
-        if problem and problem.errors:
-            fields = " (" + "; ".join(f"{e.field}: {e.reason}" for e in problem.errors) + ")"
-        super().__init__(f"HTTP {status}: {detail}{fields}")
+        super().__init__(f"HTTP {status}: {detail}")
 
 
 class WatchClosed(Exception):

@@ -8,14 +8,15 @@ drain in-flight work up to the drain timeout, then cancel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
@@ -37,6 +38,7 @@ from gateway.natsapi import NatsApi
 from store import create_store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIN_SECRET_BYTES = 32
 
@@ -108,6 +110,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         scan_interval_s=settings.scan_interval_seconds,
         lookahead_s=settings.lookahead_seconds,
         redispatch_after_s=settings.redispatch_after,
+        prepare_ahead_s=settings.prepare_ahead_seconds,
     )
 
 
@@ -234,6 +237,50 @@ class Roles:
         return self.scheduler if self.recorder is None else self.recorder
 
 
+def make_scheduler(
+    settings: Settings,
+    store: JobStore,
+    bus: Bus,
+    clock: Clock,
+    markers: CancelMarkers,
+    metrics: Metrics,
+) -> Scheduler:
+    """A scheduler that shares the partitions with its peers through leases."""
+    member = settings.resolved_scheduler_id
+    ownership = LeaseOwnership(
+        LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),
+        member,
+        settings.partitions,
+        ttl_s=settings.lease_ttl_seconds,
+    )
+    return Scheduler(
+        store,
+        bus,
+        clock,
+        scheduler_config(settings),
+        ownership=ownership,
+        scheduler_id=member,
+        markers=markers,
+        metrics=metrics,
+    )
+
+
+async def until_stopped(starting: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """Await a start-up step unless ``stop`` is set first (then cancel it and return None)."""
+    step = asyncio.ensure_future(starting)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if step.done():
+        return step.result()
+    step.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await step
+    return None
+
+
 async def serve(
     settings: Settings,
     roles: Roles,
@@ -253,21 +300,27 @@ async def serve(
     """
     clock = clock or SystemClock()
     metrics = Metrics()
+    catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
+    secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
     async with AsyncExitStack() as stack:
-        bus = await stack.enter_async_context(connected_bus(settings, "jobsched", servers))
+        connecting = stack.enter_async_context(connected_bus(settings, "jobsched", servers))
+        bus = await until_stopped(connecting, stop)
+        if bus is None:
+            return
         actors: list[Actor] = []
         gateway: Gateway | None = None
         store: JobStore | None = None
         if roles.gateway or roles.scheduler or roles.runs_recorder:
-            store = await stack.enter_async_context(opened_store(settings))
+            store = await until_stopped(stack.enter_async_context(opened_store(settings)), stop)
+            if store is None:
+                return
         markers = CancelMarkers(bus, replicas=settings.stream_replicas)
         if roles.gateway:
-            assert store is not None
-            secret = auth_secret(settings, create_in=secret_dir)
+            assert store is not None and catalog is not None
             deps = GatewayDeps(
                 store,
                 bus,
-                load_catalog(settings.tasks),
+                catalog,
                 clock,
                 gateway_config(settings, secret),
                 markers,
@@ -279,32 +332,12 @@ async def serve(
             actors.append(NatsApi(bus, app[SERVICE], secret))
         if roles.scheduler:
             assert store is not None
-            member = settings.resolved_scheduler_id
-            ownership = LeaseOwnership(
-                LeaseBucket(
-                    bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas
-                ),
-                member,
-                settings.partitions,
-                ttl_s=settings.lease_ttl_seconds,
-            )
-            actors.append(
-                Scheduler(
-                    store,
-                    bus,
-                    clock,
-                    scheduler_config(settings),
-                    ownership=ownership,
-                    scheduler_id=member,
-                    markers=markers,
-                    metrics=metrics,
-                )
-            )
+            actors.append(make_scheduler(settings, store, bus, clock, markers, metrics))
         if roles.runs_recorder:
             assert store is not None
             actors.append(Recorder(bus, store, metrics=metrics))
         if roles.worker:
-            catalog = load_catalog(settings.tasks)
+            assert catalog is not None
             config = worker_config(settings)
             actors.append(Worker(bus, catalog, clock, config, markers, metrics=metrics))
         actors += metrics_actors(settings, roles, bus, metrics)

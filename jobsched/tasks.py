@@ -11,6 +11,7 @@ import asyncio
 import csv
 import os
 import random
+import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -65,7 +66,7 @@ def generate_report(params: ReportParams, ctx: TaskContext) -> dict[str, Any]:
         (f"{params.region}-{i:04d}", params.report_type, round(rng.uniform(10, 10_000), 2))
         for i in range(1_000)
     ]
-    tmp = path.with_suffix(".csv.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
     with tmp.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["account", "reportType", "amount"])

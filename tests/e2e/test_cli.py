@@ -87,3 +87,16 @@ async def test_watch_follows_a_job(stack: Stack) -> None:
     assert [line.split()[3] for line in lines] == [job.id, *[lines[1].split()[3]] * 3]
     assert "CREATED" in lines[0]
     assert [line.split()[4] for line in lines[1:]] == ["QUEUED", "RUNNING", "SUCCEEDED"]
+
+
+async def test_the_demo_jobs_are_submitted_once_per_data_dir(stack: Stack) -> None:
+    from jobsched.cli import submit_demo_jobs
+
+    await submit_demo_jobs(stack.url, stack.token("dev"))
+    await submit_demo_jobs(stack.url, stack.token("dev"))
+    jobs = (await stack.client("dev").list_jobs()).items
+    assert sorted(j.task_id for j in jobs) == [
+        "cleanup_export",
+        "generate_report",
+        "generate_report",
+    ]

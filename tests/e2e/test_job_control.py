@@ -299,3 +299,13 @@ async def test_a_job_whose_schedule_ends_finishes_with_its_last_outcome(
             )
         done = await wait_job(client, job.id, {"SUCCEEDED"})
         assert done.next_run_at is None
+
+
+async def test_resume_keeps_an_interval_jobs_phase(stack: Stack) -> None:
+    client = stack.client()
+    job = await client.create_job(
+        {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 600}}
+    )
+    await client.pause_job(job.id)
+    resumed = await client.resume_job(job.id)
+    assert resumed.next_run_at == job.next_run_at, "the grid through the creation time is kept"

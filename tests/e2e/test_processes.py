@@ -7,6 +7,7 @@ import json
 import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,70 @@ async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_pat
         ), "nats-server must stop with dev"
     finally:
         dev.close()
+
+
+async def test_dev_on_a_busy_port_fails_in_one_line_and_leaves_nothing_behind(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    import socket
+
+    data = tmp_path / "dev-data"
+    env = env_for(make_settings(data_dir=str(data)))
+    for key in (
+        "JOBSCHED_NATS_URL",
+        "JOBSCHED_STORE_URL",
+        "JOBSCHED_AUTH_SECRET",
+        "JOBSCHED_HTTP_PORT",
+    ):
+        env.pop(key)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        dev = Child(
+            ["dev", "--data-dir", str(data), "--port", str(port)], env, tmp_path / "dev.log"
+        )
+        try:
+            code = await asyncio.to_thread(dev.proc.wait, 60)
+        finally:
+            dev.close()
+    out = dev.output()
+    assert code == 1, out
+    assert "already in use" in out and "Traceback" not in out
+    pid = int((data / "nats" / "nats-server.pid").read_text())
+    assert (
+        not Path(f"/proc/{pid}").exists()
+        or b"nats-server" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+
+
+async def test_sigterm_while_nats_is_unreachable_stops_at_once(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    with socket_closed_port() as port:
+        env = env_for(make_settings(nats_url=f"nats://127.0.0.1:{port}"))
+        child = Child(["scheduler"], env, tmp_path / "scheduler.log")
+        try:
+            async with asyncio.timeout(20):
+                while "NATS error" not in child.output():
+                    await asyncio.sleep(0.05)
+            child.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(child.proc.wait, 10)
+        finally:
+            child.close()
+    assert code == 0, child.output()
+
+
+def socket_closed_port() -> Any:
+    """A context manager yielding a port nothing listens on."""
+    import contextlib
+    import socket
+
+    @contextlib.contextmanager
+    def closed() -> Any:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        yield port
+
+    return closed()

@@ -263,3 +263,19 @@ async def test_a_failed_open_leaks_no_connection(
     await s.close()
 
     assert _new_threads(reap_connections) == []
+
+
+async def test_concurrent_creates_share_commits_and_each_gets_its_answer(
+    store: SqliteStore,
+) -> None:
+    """Group commit: 300 concurrent creates, one of them a duplicate id, all answered."""
+    from core.errors import Conflict
+    from core.ports import JobQuery
+
+    await store.create_job(make_job("dup"))
+    jobs = [make_job(f"job-{i:03d}") for i in range(300)] + [make_job("dup")]
+    results = await asyncio.gather(*(store.create_job(j) for j in jobs), return_exceptions=True)
+    assert [r for r in results if isinstance(r, BaseException)] == [results[-1]]
+    assert isinstance(results[-1], Conflict)
+    page = await store.list_jobs("alice", JobQuery(), limit=500, cursor=None)
+    assert len(page.items) == 301
