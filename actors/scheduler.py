@@ -130,6 +130,7 @@ class Scheduler:
         self._waiting: dict[str, str] = {}
         self.at_due = FireHeap()
         self.prepared: TimedQueue[RunMessage] = TimedQueue()
+        self._prepared_changed = asyncio.Event()
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
         self.metrics = metrics or Metrics()
@@ -156,11 +157,13 @@ class Scheduler:
                 tg.create_task(
                     self.ownership.run(self._gained, self._lost), name=f"{self.name} ownership"
                 )
+                publisher = tg.create_task(self._publisher(), name=f"{self.name} publisher")
                 self.ready.set()
                 try:
                     await self._loop()
                 finally:
                     self.ownership.stop()
+                    publisher.cancel()
         finally:
             await sub.close()
             await finished.close()
@@ -180,6 +183,29 @@ class Scheduler:
                 owned_partitions.set(len(self.owned))
             await self.clock.sleep_until(self._next_deadline(), self._wake)
             self._wake.clear()
+
+    async def _publisher(self) -> None:
+        """Publish prepared runs at their due time, apart from the store work of the main loop.
+
+        Preparing a run (store reads and writes) happens up to ``prepare_ahead_s`` early in
+        :meth:`_loop`; this task only waits for the earliest prepared run and publishes, so a
+        slow store write never delays a run that is already due.
+        """
+        while not self._stopping.is_set():
+            raise_if_cancelling()
+            try:
+                if self._unpublished:
+                    await self._publish(list(self._unpublished.values()))
+                await self._publish(self.prepared.pop_due(self.clock.now()))
+            except BusUnavailable as e:
+                log.warning("%s: %s; retrying in 1 s", self.name, e)
+                await self._pause(1.0)
+                continue
+            deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
+            if self._unpublished:
+                deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
+            await self.clock.sleep_until(deadline, self._prepared_changed)
+            self._prepared_changed.clear()
 
     def _gained(self, partitions: frozenset[int]) -> None:
         """New partitions: load their due and soon-due jobs at once."""
@@ -201,21 +227,14 @@ class Scheduler:
         deadline = self._next_scan
         if top is not None:
             deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s))
-        for t in (self.prepared.peek(), self.at_due.peek()):
-            if t is not None:
-                deadline = min(deadline, t)
-        if self._unpublished:
-            deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
-        return deadline
+        due = self.at_due.peek()
+        return deadline if due is None else min(deadline, due)
 
     async def _step(self) -> None:
         now = self.clock.now()
         if now >= self._next_scan:
             self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
             await self._scan()
-        if self._unpublished:
-            await self._publish(list(self._unpublished.values()))
-        await self._publish(self.prepared.pop_due(self.clock.now()))
         ahead = timedelta(seconds=self.config.prepare_ahead_s)
         while not self._stopping.is_set():
             now = self.clock.now()
@@ -225,7 +244,6 @@ class Scheduler:
             if not due:
                 break
             await self._dispatch([job_id for job_id, _ in due])
-            await self._publish(self.prepared.pop_due(self.clock.now()))
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -272,12 +290,13 @@ class Scheduler:
             return
         outcomes = await self.store.dispatch([d for d, _, _ in chain])
         events: list[Event] = []
+        ready: list[tuple[datetime, RunMessage]] = []
         upcoming: dict[str, tuple[datetime | None, int]] = {}
         for (d, job, when), outcome in zip(chain, outcomes, strict=True):
             if not outcome.advanced:
                 continue
             if d.execution.status == ExecutionStatus.QUEUED:
-                self.prepared.add(when, _run_message(job, d.execution, now, attempt_offset=0))
+                ready.append((when, _run_message(job, d.execution, now, attempt_offset=0)))
             elif d.execution.skip_reason:
                 self._skipped(d.execution)
             if outcome.created:
@@ -286,8 +305,14 @@ class Scheduler:
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self._window_end:
                 self.heap.push(job_id, nxt, partition)
-        if events:
-            await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
+        try:
+            if events:
+                await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
+        finally:  # recorded runs are published even when their QUEUED events are not
+            for when, message in ready:
+                self.prepared.add(when, message)
+            if ready:
+                self._prepared_changed.set()
 
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.
