@@ -37,7 +37,7 @@ from bench.common import (
     verdict,
 )
 from core.model import Job, JobStatus, OnceSchedule
-from store.sqlite import JOB_COLUMNS, SCHEMA, _job_row
+from store.sqlite import JOB_COLUMNS, JOB_INSERT, SCHEMA, _job_row
 
 TARGET_RSS = 1 << 30
 PARTITIONS = 64
@@ -56,7 +56,7 @@ def spec_template() -> tuple[bytes, bytes]:
         updated_at=SENTINEL,
         next_run_at=SENTINEL,
     )
-    spec = _job_row(job)[-1]
+    spec = _job_row(job)[[c.strip() for c in JOB_COLUMNS.split(",")].index("spec")]
     marker = b"2001-02-03T04:05:06.789"
     assert marker in spec, spec
     end = spec.index(marker) + len(marker)
@@ -80,7 +80,7 @@ def build_store(path: Path, jobs: int, near: int, near_window_s: float, start_ms
     spec, marker = spec_template()
     head, tail = spec.split(marker)
     rnd = random.Random(42)
-    sql = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+    sql = JOB_INSERT
     hour_ms, month_ms = 3_600_000, 30 * 86_400_000
 
     def rows(lo: int, hi: int) -> Any:
@@ -106,6 +106,9 @@ def build_store(path: Path, jobs: int, near: int, near_window_s: float, start_ms
                 None,
                 0,
                 head + iso.encode() + tail,
+                None,  # idempotency_key
+                None,  # last_dispatched_for
+                None,  # request_hash
             )
 
     chunk = 50_000

@@ -132,6 +132,11 @@ JOB_COLUMNS = (
     "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec, "
     "idempotency_key, last_dispatched_for"
 )
+JOB_INSERT = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
+    f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})"
+)
+"""Inserts one job: the values of ``_job_row`` and then ``request_hash`` (None without a key)."""
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
@@ -536,18 +541,14 @@ class SqliteStore:
         return job
 
     async def _insert_jobs(self, batch: list[tuple[Job, asyncio.Future[None]]]) -> None:
-        sql = (
-            f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
-            f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})"
-        )
         try:
             async with self._transaction() as conn:
-                await conn.executemany(sql, [(*_job_row(j), None) for j, _ in batch])
+                await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
         except sqlite3.IntegrityError:
             for job, done in batch:  # a duplicate id: find it, insert the others one by one
                 try:
                     async with self._transaction() as conn:
-                        await conn.execute(sql, (*_job_row(job), None))
+                        await conn.execute(JOB_INSERT, (*_job_row(job), None))
                     done.set_result(None)
                 except sqlite3.IntegrityError:
                     done.set_exception(Conflict(f"job {job.id} exists"))
@@ -576,11 +577,7 @@ class SqliteStore:
                         _job_from_row(rows[0]), same_request=rows[0]["request_hash"] == request_hash
                     )
             try:
-                await conn.execute(
-                    f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
-                    f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})",
-                    (*_job_row(job), request_hash),
-                )
+                await conn.execute(JOB_INSERT, (*_job_row(job), request_hash))
             except sqlite3.IntegrityError:
                 raise Conflict(f"job {job.id} exists") from None
         return job

@@ -18,9 +18,19 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
+from bench.common import interval_jobs, seed_jobs
+from bench.memory import build_store
 from core.errors import StoreUnavailable
 from core.ids import execution_id
-from core.model import CronSchedule, Execution, ExecutionStatus, Job, StatusEvent
+from core.model import (
+    CronSchedule,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    OnceSchedule,
+    StatusEvent,
+)
 from core.ports import Dispatch, DispatchOutcome
 from store.sqlite import MIGRATIONS, SqliteStore
 
@@ -279,3 +289,27 @@ async def test_concurrent_creates_share_commits_and_each_gets_its_answer(
     assert isinstance(results[-1], Conflict)
     page = await store.list_jobs("alice", JobQuery(), limit=500, cursor=None)
     assert len(page.items) == 301
+
+
+async def test_the_benchmark_seeders_write_jobs_the_store_reads(tmp_path: Path) -> None:
+    """bench/ inserts jobs with raw SQL on the store's schema; a schema change must not break it."""
+    seeded = interval_jobs(3, 10.0, T0.timestamp(), partitions=64)
+    seed_jobs(tmp_path / "seeded.db", seeded)
+    build_store(tmp_path / "memory.db", 5, 2, 10.0, int(T0.timestamp() * 1000))
+
+    store = SqliteStore(tmp_path / "seeded.db")
+    await store.open()
+    try:
+        read = await store.get_jobs([j.id for j in seeded])
+        assert sorted(read, key=lambda j: j.id) == sorted(seeded, key=lambda j: j.id)
+    finally:
+        await store.close()
+    store = SqliteStore(tmp_path / "memory.db")
+    await store.open()
+    try:
+        due = await store.due_jobs(frozenset(range(64)), T0 + timedelta(days=60), limit=10)
+        assert len(due) == 5
+        assert {j.status for j in due} == {JobStatus.SCHEDULED}
+        assert all(isinstance(j.schedule, OnceSchedule) for j in due)
+    finally:
+        await store.close()
