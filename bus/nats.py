@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
 RECONNECT_WAIT_S = 0.5
+DRAIN_TIMEOUT_S = 5
+"""How long ``Bus.close`` lets subscriptions drain before it closes anyway (seconds)."""
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
@@ -320,6 +322,26 @@ class PullConsumer:
                 log.debug("unsubscribe after connection loss", exc_info=True)
 
 
+class PongSafeClient(Client):
+    """nats-py's client, with a PONG for a cancelled flush skipped instead of fatal.
+
+    nats-py 2.16 answers each PONG by setting the result of the oldest waiting flush future.
+    When that flush was cancelled (a cancelled task: a shutdown, a NATS micro service whose
+    start was interrupted, a subscription drain) its future is already done, ``set_result``
+    raises ``InvalidStateError`` and the client's read loop dies: nothing more is read, and
+    ``drain()`` then waits out its timeout. nats-py guards the same case in its flusher
+    (nats-io/nats.py#624) but not here. This consumes the PONG for the cancelled flush.
+    """
+
+    async def _process_pong(self) -> None:
+        if self._pongs and self._pongs[0].done():
+            self._pongs.pop(0)
+            self._pongs_received += 1
+            self._pings_outstanding = 0
+            return
+        await super()._process_pong()
+
+
 class Closeable:
     """A core-NATS subscription that can be closed without caring whether the connection lives."""
 
@@ -388,17 +410,20 @@ class Bus:
         on_error: Callable[[Exception], Awaitable[None]],
     ) -> Client:
         """Connect, trying the servers up to ``attempts`` times (nats-py's own retry loop)."""
-        return await nats.connect(
+        nc = PongSafeClient()
+        await nc.connect(
             servers=self.config.servers,
             name=self._name,
             max_reconnect_attempts=attempts,
-            reconnect_time_wait=RECONNECT_WAIT_S,
+            reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
             connect_timeout=2,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
             error_cb=on_error,
             allow_reconnect=True,
+            drain_timeout=DRAIN_TIMEOUT_S,
         )
+        return nc
 
     async def close(self) -> None:
         """Drain and close the connection (or just close it while it is down); idempotent."""
@@ -432,10 +457,14 @@ class Bus:
         return self._nc is not None and self._nc.is_connected
 
     async def ping(self) -> None:
-        """Round trip to the server and its JetStream API. Raises BusUnavailable."""
+        """Round trip to the server and its JetStream API (one JetStream request, 2 s timeout).
+
+        Raises:
+            BusUnavailable: NATS or JetStream did not answer.
+        """
         with translated("ping"):
-            await self.nc.flush(timeout=2)
-            await self.js.account_info()
+            async with asyncio.timeout(2):
+                await self.js.account_info()
 
     # --- streams and consumers -------------------------------------------------------------
 
