@@ -439,9 +439,13 @@ def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
     return UpdateOne({ID: ev.execution_id, "stateRank": {"$lt": ev.rank}}, update, upsert=upsert)
 
 
-def summary_ops(ev: StatusEvent, *, first_started_at: datetime | None = None) -> list[UpdateOne]:
+def summary_ops(
+    ev: StatusEvent, *, first_started_at: datetime | None = None, run_error: str | None = None
+) -> list[UpdateOne]:
     """The job-summary update of one (non-QUEUED) event whose rank and status are the
-    execution's now; ``first_started_at`` is the run's first start (``lastRunAt``).
+    execution's now; ``first_started_at`` is the run's first start (``lastRunAt``) and
+    ``run_error`` its error now (``lastError``: a run retrying after a failed attempt keeps it,
+    however the events were batched).
 
     Applied only if the job's summary does not already follow a later run, or a later state of
     this run (equal is re-applied: idempotent). A PAUSED or CANCELLED job keeps its status. Any
@@ -473,8 +477,8 @@ def summary_ops(ev: StatusEvent, *, first_started_at: datetime | None = None) ->
         fields["lastRunStatus"] = ev.status.value
     if ev.status == ExecutionStatus.SUCCEEDED:
         unset["lastError"] = ""
-    elif ev.error is not None:
-        fields["lastError"] = ev.error
+    elif (error := run_error if run_error is not None else ev.error) is not None:
+        fields["lastError"] = error
 
     def op(extra: Document, status: JobStatus | None) -> UpdateOne:
         update: Document = {
@@ -847,7 +851,7 @@ class MongoStore:
         2. read back the executions: the summary of an event applies only if its rank and status
            are the execution's now (moved forward now, or a redelivery of the current state —
            re-applied, idempotent), as the SQLite store's ``EXISTS (… state_rank = :rank AND
-           status = :status)``; ``lastRunAt`` is the run's first start;
+           status = :status)``; ``lastRunAt`` is the run's first start, ``lastError`` its error;
         3. one ordered bulk of conditional job-summary updates (:func:`summary_ops`).
 
         Returns how many events moved an execution forward.
@@ -864,7 +868,7 @@ class MongoStore:
         with _translated("read back executions"):
             ids = list(dict.fromkeys(ev.execution_id for ev in summaries))
             docs = await self._executions.find(
-                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1}
+                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1}
             ).to_list()
             now = {d[ID]: d for d in docs}
             ops = [
@@ -872,7 +876,9 @@ class MongoStore:
                 for ev in summaries
                 if (run := now.get(ev.execution_id)) is not None
                 and (run.get("stateRank"), run.get("status")) == (ev.rank, ev.status.value)
-                for op in summary_ops(ev, first_started_at=run.get("startedAt"))
+                for op in summary_ops(
+                    ev, first_started_at=run.get("startedAt"), run_error=run.get("error")
+                )
             ]
             if ops:
                 await self._jobs.bulk_write(ops, ordered=True)

@@ -173,7 +173,8 @@ UPDATE jobs SET
         (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
     last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,
     last_error = CASE WHEN :status = 'SUCCEEDED' THEN NULL
-                      ELSE COALESCE(:error, last_error) END,
+                      ELSE COALESCE((SELECT error FROM executions WHERE id = :execution_id),
+                                    :error, last_error) END,
     last_execution_id = :execution_id,
     last_run_scheduled_for = :scheduled_for,
     updated_at = :now
@@ -785,9 +786,18 @@ class SqliteStore:
             before = conn.total_changes
             await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
             changed = conn.total_changes - before
+            # A job summary applies only if its event's rank is the run's rank now, so an event
+            # overtaken by a later one of the same batch (RUNNING, then SUCCEEDED) is skipped.
+            top: dict[str, int] = {}
+            for ev in events:
+                top[ev.execution_id] = max(top.get(ev.execution_id, -1), ev.rank)
             await conn.executemany(
                 JOB_SUMMARY,
-                [_summary_params(ev) for ev in events if ev.status != ExecutionStatus.QUEUED],
+                [
+                    _summary_params(ev)
+                    for ev in events
+                    if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
+                ],
             )
         return changed
 

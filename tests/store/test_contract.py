@@ -966,23 +966,55 @@ async def test_a_late_failure_after_success_does_not_touch_the_job(store: JobSto
     assert await store.get_job(OWNER, job.id) == done
 
 
-async def test_a_batch_updates_the_job_as_its_events_one_by_one(store: JobStore) -> None:
+BATCHES = {
+    "ends-failed": (
+        (RUNNING, 1, None),
+        (RETRYING, 1, "first"),
+        (RUNNING, 2, None),
+        (FAILED, 2, "final"),
+    ),
+    "ends-running-after-a-retry": ((RUNNING, 1, None), (RETRYING, 1, "first"), (RUNNING, 2, None)),
+    "ends-succeeded": ((RUNNING, 1, None), (SUCCEEDED, 1, None)),
+}
+
+
+@pytest.mark.parametrize("steps", BATCHES.values(), ids=BATCHES.keys())
+async def test_a_batch_updates_the_job_as_its_events_one_by_one(
+    store: JobStore, steps: tuple[tuple[ExecutionStatus, int, str | None], ...]
+) -> None:
     results = []
     for job_id, apply in (("one-by-one", apply_each), ("batched", applied_together)):
         job = make_job(job_id, schedule=ImmediateSchedule(), next_run_at=at(1))
         await store.create_job(job)
         ex = await dispatched(store, job, at(1), None)
-        await apply(
-            store,
-            event(ex, RUNNING, 1, at(1, 1), started_at=at(1, 1)),
-            event(ex, RETRYING, 1, at(1, 2), error="first"),
-            event(ex, RUNNING, 2, at(1, 3)),
-            event(ex, FAILED, 2, at(1, 4), finished_at=at(1, 4), error="final"),
-        )
+        events = [
+            event(
+                ex,
+                status,
+                attempt,
+                at(1, i + 1),
+                started_at=at(1, i + 1) if status == RUNNING else None,
+                finished_at=at(1, i + 1) if status in (SUCCEEDED, FAILED) else None,
+                error=error,
+            )
+            for i, (status, attempt, error) in enumerate(steps)
+        ]
+        await apply(store, *events)
         got = await store.get_job(OWNER, job.id)
-        results.append((got.status, got.last_run_at, got.last_run_status, got.last_error))
+        run = await execution(store, ex.id)
+        results.append(
+            (
+                got.status,
+                got.last_run_at,
+                got.last_run_status,
+                got.last_error,
+                got.updated_at,
+                run.status,
+                run.attempt,
+                run.error,
+            )
+        )
 
-    assert results[0] == (JobStatus.FAILED, at(1, 1), FAILED, "final")
     assert results[1] == results[0]
 
 
