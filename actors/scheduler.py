@@ -71,7 +71,9 @@ class SchedulerConfig:
         heap_limit: most jobs loaded into the heap by one scan.
         prepare_ahead_s: runs are recorded (job advanced, execution QUEUED) up to this long
             before they are due, and published at their due time, so that the store write is
-            off the critical path (seconds; 0 = record at the due time).
+            off the critical path (seconds; 0 = record at the due time). The scheduler wakes
+            when the earliest job is half this far off and then records every job due within
+            all of it, so under load one store transaction covers ~half a lead of runs.
         misfire_grace_s: a run starting this late is still on time (seconds).
     """
 
@@ -226,7 +228,7 @@ class Scheduler:
         top = self.heap.peek()
         deadline = self._next_scan
         if top is not None:
-            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s))
+            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s / 2))
         due = self.at_due.peek()
         return deadline if due is None else min(deadline, due)
 

@@ -51,6 +51,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         lookahead_seconds: how far ahead the scheduler loads jobs into its heap.
         prepare_ahead_seconds: how long before its due time a run is recorded (execution
             QUEUED, job advanced); it is published at its due time. 0 records at the due time.
+            The scheduler prepares in batches: when the earliest job is half this far off.
         redispatch_after_seconds: a QUEUED run not started after this long is re-published;
             0 = two ack waits.
         retry_backoff_seconds / retry_backoff_max_seconds: first and largest delay between attempts.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
 def to_utc_ms(t: datetime) -> datetime:
@@ -17,15 +18,23 @@ def to_utc_ms(t: datetime) -> datetime:
     Raises:
         ValueError: if ``t`` is naive (it has no offset, so its instant is unknown).
     """
-    if t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError("naive datetime: an instant needs a UTC offset")
-    t = t.astimezone(UTC)
-    return t.replace(microsecond=t.microsecond - t.microsecond % 1000)
+    if t.tzinfo is not UTC:
+        if t.tzinfo is None or t.utcoffset() is None:
+            raise ValueError("naive datetime: an instant needs a UTC offset")
+        t = t.astimezone(UTC)
+    us = t.microsecond % 1000
+    return t if us == 0 else t.replace(microsecond=t.microsecond - us)
 
 
 def to_epoch_ms(t: datetime) -> int:
-    """Milliseconds since the Unix epoch of an aware datetime."""
-    return (to_utc_ms(t) - EPOCH) // timedelta(milliseconds=1)
+    """Milliseconds since the Unix epoch of an aware datetime (floored to the millisecond).
+
+    Raises:
+        ValueError: if ``t`` is naive.
+    """
+    if t.tzinfo is None or (t.tzinfo is not UTC and t.utcoffset() is None):
+        raise ValueError("naive datetime: an instant needs a UTC offset")
+    return (t - EPOCH) // _MS
 
 
 def from_epoch_ms(ms: int) -> datetime:
@@ -36,4 +45,7 @@ def from_epoch_ms(ms: int) -> datetime:
 def isoformat_z(t: datetime) -> str:
     """RFC 3339 in UTC with ``Z`` and milliseconds, e.g. ``2026-06-01T10:21:00.000Z``."""
     t = to_utc_ms(t)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+        f"{t.microsecond // 1000:03d}Z"
+    )
