@@ -1,18 +1,22 @@
 """The production-like stack of ``compose.yaml`` (with ``Dockerfile`` and ``deploy/``), checked
 statically: services, commands, health checks, restart policies, loopback-only ports, versions,
 the one-member MongoDB replica set, the NATS cluster, and that every ``JOBSCHED_*`` variable it
-sets is a setting. ``docker compose config -q`` runs too when a docker CLI with compose exists
-(it needs no engine); nothing here starts a container.
+sets is a setting. The file is validated against the Compose Specification's JSON schema
+(``tests/data/compose-spec.json``, Apache-2.0, the copy shipped in docker-compose 1.29.2 as
+``compose/config/compose_spec.json``); ``docker compose config -q`` runs too when a docker CLI
+with compose exists (it needs no engine). Nothing here starts a container.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -20,6 +24,7 @@ from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose.yaml"
+COMPOSE_SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
 JOBSCHED_ROLES = {"gateway": 1, "scheduler": 2, "worker": 2}
 NATS_NODES = ("nats-1", "nats-2", "nats-3")
 
@@ -186,6 +191,32 @@ def test_the_dockerfile_builds_a_non_root_service_image() -> None:
         assert f"COPY {package} ./{package}" in lines
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored and ".env" in ignored
+
+
+def compose_schema_errors(doc: dict[str, Any]) -> list[str]:
+    """Where ``doc`` breaks the Compose Specification schema, as ``path: message`` lines."""
+    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    # The top-level project `name` joined the specification after this copy of the schema.
+    schema["properties"]["name"] = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"}
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
+
+
+def test_compose_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    assert compose_schema_errors(compose) == []
+
+
+def test_the_schema_check_rejects_a_broken_compose_file(compose: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["gateway"]["restart"] = ["unless-stopped"]
+    broken["services"]["gateway"]["healthcheck"]["retries"] = "three"
+    broken["services"]["gateway"]["volumes"] = "data:/data"
+    errors = compose_schema_errors(broken)
+    assert len(errors) == 3, errors
+    assert all(e.startswith("services/gateway/") for e in errors), errors
 
 
 def test_docker_compose_config_validates() -> None:
