@@ -46,10 +46,10 @@ async def one_run(args: argparse.Namespace, tmp: Path, url: str) -> tuple[float,
         await asyncio.sleep(
             max(0.0, (start + timedelta(seconds=args.spread / 2) - now()).total_seconds())
         )
-        c.kill("s1")
+        killed_at = c.kill("s1")
         runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * args.lease_ttl + 30)
     lost, duplicates = lost_and_duplicates(jobs, runs)
-    return failover_seconds(runs, "s1", "s2"), duplicates, lost
+    return failover_seconds(runs, "s1", killed_at), duplicates, lost
 
 
 async def main() -> None:

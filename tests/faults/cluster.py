@@ -58,8 +58,11 @@ class Cluster:
         self.children[name] = child
         return child
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str) -> datetime:
+        """SIGKILL ``name``; returns the instant just before the signal (UTC, aware)."""
+        killed_at = now()
         self.children[name].kill()
+        return killed_at
 
     def terminate(self, name: str, timeout_s: float = 30.0) -> int:
         return self.children[name].terminate(timeout_s)
@@ -194,18 +197,20 @@ def lost_and_duplicates(job_ids: Iterable[str], runs: list[Run]) -> tuple[int, i
     return len(wanted - succeeded), sum(n - 1 for n in per_job.values())
 
 
-def failover_seconds(runs: list[Run], dead: str, survivor: str) -> float:
-    """Last run published by ``dead`` → first run of its partitions published by ``survivor``."""
+def failover_seconds(runs: list[Run], dead: str, killed_at: datetime) -> float:
+    """Seconds from the last run ``dead`` published before ``killed_at`` to the first run of
+    its partitions published after it (by whichever scheduler took them over, including runs
+    ``dead`` had recorded as QUEUED but not published, which the new owner re-dispatches and
+    which keep ``dispatched_by=dead``)."""
     dead_runs = [r for r in runs if r.dispatched_by == dead and r.published_at]
     dead_parts = {r.partition for r in dead_runs}
-    last_dead = max(r.published_at for r in dead_runs if r.published_at)
+    last_dead = max(
+        r.published_at for r in dead_runs if r.published_at and r.published_at <= killed_at
+    )
     taken = [
         r.published_at
         for r in runs
-        if r.dispatched_by == survivor
-        and r.partition in dead_parts
-        and r.published_at
-        and r.published_at > last_dead
+        if r.partition in dead_parts and r.published_at and r.published_at > killed_at
     ]
     return (min(taken) - last_dead).total_seconds()
 

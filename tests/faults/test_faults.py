@@ -54,10 +54,10 @@ async def test_1_killing_a_scheduler_fails_over_to_the_survivor(
         start = now() + timedelta(seconds=3)
         jobs = await c.create_once_jobs(300, start, spread_s=15)
         await asyncio.sleep(max(0.0, (start + timedelta(seconds=7.5) - now()).total_seconds()))
-        c.kill("s1")
+        killed_at = c.kill("s1")
         runs = await c.wait_succeeded(jobs, timeout_s=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
-    failover = failover_seconds(runs, "s1", "s2")
+    failover = failover_seconds(runs, "s1", killed_at)
     print(f"\nscenario 1: lost={lost} duplicates={duplicates} failover={failover:.2f}s")
     assert lost == 0
     assert {r.dispatched_by for r in runs} == {"s1", "s2"}
