@@ -208,16 +208,33 @@ def metrics_actors(settings: Settings, roles: Roles, bus: Bus, metrics: Metrics)
 
 
 async def run_actors(actors: list[Actor], stop: asyncio.Event) -> None:
-    """Run ``actors`` until ``stop`` is set or one of them fails; then stop them all."""
+    """Run ``actors`` until ``stop`` is set or one of them fails; then stop them all.
+
+    When an actor fails, every actor is asked to :meth:`~Actor.stop` before the task group
+    cancels them: on Python 3.11 a cancellation can be lost inside ``asyncio.wait_for`` (used by
+    nats-py) when it races with a reply, and an actor that missed it would keep the process
+    alive forever; the cooperative stop ends it anyway.
+    """
+
+    def stop_all() -> None:
+        for a in actors:
+            a.stop()
+
+    async def guarded(actor: Actor) -> None:
+        try:
+            await actor.run()
+        except BaseException:
+            stop_all()
+            raise
+
     async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(a.run(), name=a.name) for a in actors]
+        tasks = [tg.create_task(guarded(a), name=a.name) for a in actors]
 
         async def stopper() -> None:
             waiter = tg.create_task(stop.wait(), name="stop-signal")
             await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-            for a in actors:
-                a.stop()
+            stop_all()
 
         tg.create_task(stopper(), name="stopper")
 

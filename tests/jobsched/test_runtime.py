@@ -1,0 +1,70 @@
+"""``jobsched.runtime.run_actors``: how a process's actors start and stop together."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from jobsched.runtime import run_actors
+
+
+class MissesOneCancellation:
+    """An actor that loses one cancellation, as ``asyncio.wait_for`` inside nats-py can make it
+    on Python 3.11 when the cancel races with a reply; it ends only on :meth:`stop`."""
+
+    name = "misses-a-cancel"
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.missed = False
+
+    async def run(self) -> None:
+        self.ready.set()
+        try:
+            await self._stop.wait()
+        except asyncio.CancelledError:
+            self.missed = True  # swallowed, the way the race swallows it
+            await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class FailsAtStart:
+    """An actor that fails once the other is running (a gateway whose port is taken)."""
+
+    name = "fails"
+
+    def __init__(self, after: asyncio.Event) -> None:
+        self.ready = asyncio.Event()
+        self._after = after
+
+    async def run(self) -> None:
+        await self._after.wait()
+        raise OSError("address already in use")
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_a_failing_actor_stops_the_others_even_one_that_would_miss_its_cancellation() -> None:
+    """The failure is raised at once, not after a hang: the others are stopped cooperatively
+    (cancelling alone would leave ``MissesOneCancellation`` running forever)."""
+    missing = MissesOneCancellation()
+    with pytest.raises(BaseExceptionGroup) as raised:
+        async with asyncio.timeout(5):
+            await run_actors([missing, FailsAtStart(missing.ready)], asyncio.Event())
+    assert raised.group_contains(OSError)
+
+
+async def test_the_stop_event_stops_every_actor() -> None:
+    missing = MissesOneCancellation()
+    stop = asyncio.Event()
+    async with asyncio.timeout(5):
+        running = asyncio.create_task(run_actors([missing], stop))
+        await missing.ready.wait()
+        stop.set()
+        await running
+    assert not missing.missed
