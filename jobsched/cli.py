@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -130,7 +131,8 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
             info = await started
             secret = auth_secret(settings, create_in=data)
             token = mint_token(secret, "dev", ttl=timedelta(days=30))
-            (data / DEV_FILE).write_text(json.dumps({"url": info["url"], "token": token}))
+            dev_info = {"url": info["url"], "token": token, "nats": url}
+            (data / DEV_FILE).write_text(json.dumps(dev_info))
             click.echo(_ready_banner(info["url"], token, data, url))
             if demo:
                 await submit_demo_jobs(info["url"], token)
@@ -161,9 +163,10 @@ jobsched dev is ready
   data dir  {data}
   token     {token}
 
-Try:
+Try, in another terminal in this directory:
+  eval "$(jobsched dev-env)"      # sets URL, TOKEN and NATS_URL
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
-       -d '{{"taskId": "noop"}}' {url}/jobs
+       -d '{{"taskId": "noop"}}' $URL/jobs
   jobsched submit generate_report --param reportType=sales --param region=eu-west
   jobsched list
 (the CLI finds this server and its token in {data / DEV_FILE}; Ctrl-C stops)
@@ -209,6 +212,27 @@ def _service(roles: Roles) -> None:
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
     _run_until_signal(lambda stop: serve(settings, roles, stop))
+
+
+@main.command(name="dev-env")
+def dev_env() -> None:
+    """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL.
+
+    Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs (or with
+    JOBSCHED_DATA_DIR pointing at its data directory).
+    """
+    dev_file = Path(os.environ.get("JOBSCHED_DATA_DIR", "./data")) / DEV_FILE
+    try:
+        info = json.loads(dev_file.read_text())
+    except FileNotFoundError:
+        raise click.ClickException(
+            f"{dev_file} not found: start `jobsched dev` in this directory first"
+        ) from None
+    names = {"URL": "url", "TOKEN": "token", "NATS_URL": "nats"}
+    click.echo(
+        "export "
+        + " ".join(f"{var}={shlex.quote(info[key])}" for var, key in names.items() if key in info)
+    )
 
 
 @main.command()
@@ -399,7 +423,9 @@ def submit(
 
 
 @main.command(name="list")
-@click.option("--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED or FAILED.")
+@click.option(
+    "--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, PAUSED or CANCELLED."
+)
 @click.option(
     "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
 )

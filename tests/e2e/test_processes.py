@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from core.model import ExecutionStatus
@@ -151,7 +154,19 @@ async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_pat
         env.pop(key)
     dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
     try:
-        await read_dev_file(data, dev)
+        url, token = await read_dev_file(data, dev)
+        exports = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-c", f'eval "$({sys.executable} -m jobsched dev-env)" && echo "$URL $TOKEN $NATS_URL"'],
+            env={**env, "JOBSCHED_DATA_DIR": str(data)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )  # fmt: skip
+        assert exports.returncode == 0, exports.stderr
+        assert exports.stdout.split()[:2] == [url, token]
+        nc = await nats.connect(exports.stdout.split()[2])  # dev's own nats-server
+        await nc.close()
         dev.proc.send_signal(signal.SIGTERM)
         assert dev.proc.wait(30) == 0, dev.output()
         assert not (data / "dev.json").exists()
