@@ -26,7 +26,8 @@ def user_from_authorization(header: str | None, secret: str) -> str:
     """The ``sub`` of a valid ``Authorization: Bearer <jwt>`` header value.
 
     Raises:
-        Unauthorized: header missing or not a bearer token, bad signature, expired, no ``sub``.
+        Unauthorized: header missing or not a bearer token, bad signature, expired, no ``sub``
+            or no ``exp`` (a token without one would never expire).
     """
     if not header:
         raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
@@ -44,7 +45,7 @@ def user_from_token(token: str, secret: str) -> str:
             secret,
             algorithms=[ALGORITHM],
             leeway=LEEWAY_S,
-            options={"require": ["sub"]},
+            options={"require": ["sub", "exp"]},
         )
     except jwt.ExpiredSignatureError:
         raise Unauthorized("the token has expired") from None

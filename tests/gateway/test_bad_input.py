@@ -271,6 +271,10 @@ def expired_token() -> str:
             },
         ),
         (
+            "no exp: it would never expire",
+            {"Authorization": "Bearer " + jwt.encode({"sub": "alice"}, TEST_SECRET, "HS256")},
+        ),
+        (
             "alg none",
             {"Authorization": "Bearer " + jwt.encode({"sub": "alice"}, None, algorithm="none")},
         ),
