@@ -25,7 +25,7 @@ from core.model import (
     OnceSchedule,
     Schedule,
 )
-from core.timeutil import to_epoch_ms, to_utc_ms
+from core.timeutil import isoformat_z, to_epoch_ms, to_utc_ms
 
 DEFAULT_MISFIRE_GRACE_S = 60.0
 MAX_CATCH_UP_SCAN = 1_000_000
@@ -61,7 +61,7 @@ def normalize(
                 raise InvalidRequest(
                     FieldError(
                         "schedule.executeAt",
-                        f"is in the past (more than {grace_s:g} s before now, {now.isoformat()})",
+                        f"is in the past (more than {grace_s:g} s before now, {isoformat_z(now)})",
                     )
                 )
             return type(schedule)(execute_at=at)

@@ -33,6 +33,7 @@ from core.schedule import (
     normalize,
     plan_due,
 )
+from core.timeutil import isoformat_z
 
 CASES_FILE = Path(__file__).resolve().parent.parent / "cases" / "scheduling-cases.json"
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -96,6 +97,7 @@ def test_normalize_rejects_an_execute_at_far_in_the_past() -> None:
     assert field_of(caught.value) == ["schedule.executeAt"]
     assert caught.value.status == 422
     assert "past" in caught.value.errors[0].reason
+    assert caught.value.errors[0].reason.endswith(f"{isoformat_z(NOW)})"), "instants in UTC, Z"
 
 
 def test_normalize_accepts_a_slightly_late_execute_at_in_utc_milliseconds() -> None:
