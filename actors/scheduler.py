@@ -335,13 +335,17 @@ class Scheduler:
             if when > now and prev is not None and prev.status in ACTIVE_EXECUTION_STATUSES:
                 self.at_due.push(job.id, when, job.partition)
                 continue
-            plan = plan_job(
-                job,
-                when,
-                previous=prev,
-                buffered=self._waiting.pop(job.id, None) is not None,
-                scheduler_id=self.scheduler_id,
-            )
+            try:
+                plan = plan_job(
+                    job,
+                    when,
+                    previous=prev,
+                    buffered=self._waiting.pop(job.id, None) is not None,
+                    scheduler_id=self.scheduler_id,
+                )
+            except Exception:  # a bulkhead: one job that cannot be planned must not stop the rest
+                log.exception("%s: cannot plan job %s; skipping it this time", self.name, job.id)
+                continue
             chain.extend((d, job, when) for d in await self._follow(job, plan))
         return chain
 

@@ -231,6 +231,7 @@ class CronExpression:
         """The next ``count`` fire instants strictly after ``after``, in order.
 
         Same arguments, units and errors as :meth:`next_after`; ``count`` must not be negative.
+        Fewer than ``count`` when the supported calendar (up to year 9998) ends first.
         """
         if count < 0:
             raise ValueError(f"count must not be negative, got {count}")
@@ -239,10 +240,8 @@ class CronExpression:
         fires: list[datetime] = []
         for _ in range(count):
             found = self._next_instant(instant + 1, tz, gap, fold)
-            if found is None:
-                raise ValueError(
-                    f"{self.source!r} does not fire within {_NEXT_HORIZON_YEARS} years"
-                )
+            if found is None:  # only near the end of the supported calendar (year 9998)
+                break
             instant = found
             fires.append(_EPOCH + timedelta(seconds=instant))
         return fires

@@ -122,7 +122,12 @@ def state_rank(status: ExecutionStatus, attempt: int) -> int:
 
 # --- schedules ---------------------------------------------------------------------------------
 
-EverySeconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400, description="seconds")]
+EverySeconds = Annotated[
+    float,
+    msgspec.Meta(
+        ge=0.001, le=366 * 86400, description="seconds (run times are whole milliseconds)"
+    ),
+]
 
 
 class ImmediateSchedule(

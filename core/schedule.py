@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
@@ -34,12 +34,38 @@ MAX_CATCH_UP_SCAN = 1_000_000
 _MS = timedelta(milliseconds=1)
 
 
-def _instant(value: datetime | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
+MIN_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+"""The earliest instant a request may name (UTC)."""
+MAX_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
+"""The latest instant a request may name (UTC): far enough from year 9999 that every schedule
+computation after it (cron's 50-year search, an interval of up to a year) stays in range."""
+
+
+def checked_instant(value: datetime, field: str) -> datetime:
+    """``value`` in UTC, whole milliseconds.
+
+    Raises:
+        InvalidRequest: naming ``field``: no UTC offset, or outside
+            [:data:`MIN_INSTANT`, :data:`MAX_INSTANT`).
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRequest(FieldError(field, "must include a UTC offset, e.g. Z or +02:00"))
-    return to_utc_ms(value)
+    try:
+        t = to_utc_ms(value)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        t = None
+    if t is None or not MIN_INSTANT <= t < MAX_INSTANT:
+        raise InvalidRequest(
+            FieldError(
+                field,
+                f"must be from {isoformat_z(MIN_INSTANT)} to before {isoformat_z(MAX_INSTANT)}",
+            )
+        )
+    return t
+
+
+def _instant(value: datetime | None, field: str) -> datetime | None:
+    return None if value is None else checked_instant(value, field)
 
 
 def normalize(
@@ -150,7 +176,10 @@ def upcoming(schedule: Schedule, first: datetime | None, count: int) -> list[dat
     t = first
     while t is not None and len(out) < count:
         out.append(t)
-        t = next_run_after(schedule, t)
+        try:
+            t = next_run_after(schedule, t)
+        except (OverflowError, ValueError):  # the calendar ends (year 9999) before ``count``
+            break
     return out
 
 

@@ -256,6 +256,8 @@ async def read_json(request: web.Request, decoder: msgspec.json.Decoder[Any]) ->
         raise InvalidRequest(validation_field_error(e)) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise MalformedRequest(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise MalformedRequest("the body nests objects or arrays too deeply") from None
 
 
 async def create_job(request: web.Request) -> web.Response:
@@ -462,9 +464,7 @@ def _time_param(q: Any, name: str) -> datetime | None:
         raise InvalidRequest(
             FieldError(name, "must be an RFC 3339 timestamp with an offset")
         ) from None
-    if t.tzinfo is None:
-        raise InvalidRequest(FieldError(name, "must include a UTC offset, e.g. Z or +02:00"))
-    return t
+    return schedules.checked_instant(t, name)
 
 
 def _limit_param(q: Any) -> int:

@@ -14,6 +14,9 @@ from core.errors import Unauthorized
 
 ALGORITHM = "HS256"
 LEEWAY_S = 30
+MAX_USER_LENGTH = 256
+"""Longest user id (a token's ``sub``), in characters: it is part of NATS subjects, whose
+control line nats-server limits to 4,096 bytes."""
 
 
 def mint_token(secret: str, user: str, *, ttl: timedelta = timedelta(days=1)) -> str:
@@ -27,7 +30,8 @@ def user_from_authorization(header: str | None, secret: str) -> str:
 
     Raises:
         Unauthorized: header missing or not a bearer token, bad signature, expired, no ``sub``
-            or no ``exp`` (a token without one would never expire).
+            or no ``exp`` (a token without one would never expire), a ``sub`` longer than
+            :data:`MAX_USER_LENGTH` or not valid Unicode.
     """
     if not header:
         raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
@@ -54,4 +58,10 @@ def user_from_token(token: str, secret: str) -> str:
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub:
         raise Unauthorized("invalid token: 'sub' must be a non-empty string")
+    if len(sub) > MAX_USER_LENGTH:
+        raise Unauthorized(f"invalid token: 'sub' is longer than {MAX_USER_LENGTH} characters")
+    try:
+        sub.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800")
+        raise Unauthorized("invalid token: 'sub' is not valid Unicode text") from None
     return sub

@@ -75,6 +75,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
         raise InvalidRequest(validation_field_error(e)) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise MalformedRequest(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise MalformedRequest("the body nests objects or arrays too deeply") from None
 
 
 async def _op_create(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:

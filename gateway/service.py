@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -273,7 +274,7 @@ class JobService:
             raise JobStatusConflict(job_id, job.status, "triggered")
         now = self.clock.now()
         run = Execution(
-            id=f"{job.id}:{isoformat_z(now)}!manual",
+            id=f"{job.id}:{isoformat_z(now)}!manual-{secrets.token_hex(4)}",
             job_id=job.id,
             owner=owner,
             task_id=job.task_id,

@@ -98,7 +98,7 @@ async def websocket(
     except Unauthorized as e:
         await ws.close(code=CLOSE_AUTH, message=e.message.encode()[:120])
         return ws
-    except (ValueError, msgspec.DecodeError, TimeoutError) as e:
+    except (ValueError, msgspec.DecodeError, RecursionError, TimeoutError) as e:
         await ws.close(code=CLOSE_BAD_REQUEST, message=str(e).encode()[:120])
         return ws
     connection = _Connection(ws, bus, user, max_buffer, stall_s, request.transport)
@@ -173,7 +173,7 @@ class _Connection:
                 continue
             try:
                 message = _client_decoder.decode(msg.data)
-            except msgspec.DecodeError as e:
+            except (msgspec.DecodeError, RecursionError) as e:
                 await self._send(Outbound(type="error", message=f"bad message: {e}"))
                 continue
             if isinstance(message, SubscribeMessage):

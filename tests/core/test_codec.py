@@ -313,7 +313,7 @@ def test_a_stored_job_missing_a_newer_field_gets_its_default() -> None:
         (
             {"taskId": "x", "schedule": {"type": "interval", "everySeconds": 0}},
             "schedule.everySeconds",
-            "> 0",
+            ">= 0.001",
         ),
         ({"taskId": "x", "queue": "Bad Queue"}, "queue", "regex"),
         ({"taskId": ""}, "taskId", "length"),

@@ -3,6 +3,7 @@ Idempotency-Key, overlap policies, jitter, start/end, upcoming."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -92,6 +93,20 @@ async def test_trigger_runs_once_now_and_keeps_the_schedule(stack: Stack) -> Non
     again = await client.get_job(job.id)
     assert again.next_run_at == job.next_run_at
     assert again.last_run_status == ExecutionStatus.SUCCEEDED
+
+
+async def test_concurrent_triggers_each_get_their_own_run(stack: Stack) -> None:
+    """Triggers within one millisecond are still distinct runs: every 201 is a stored run."""
+    client = stack.client()
+    job = await client.create_job(
+        {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 3 * * *"}}
+    )
+    runs = await asyncio.gather(*(client.trigger_job(job.id) for _ in range(12)))
+    assert len({r.id for r in runs}) == 12
+    done = await wait_executions(
+        client, job.id, lambda rs: len(rs) == 12 and all(r.status == "SUCCEEDED" for r in rs)
+    )
+    assert {r.id for r in done} == {r.id for r in runs}
 
 
 async def test_delete_removes_the_job_and_cancels_its_run(stack: Stack, prefix: str) -> None:

@@ -108,6 +108,51 @@ BAD_BODIES: list[tuple[str, Any, int, str, str | None]] = [
         "schedule.everySeconds",
     ),
     (
+        "interval under a millisecond",
+        {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 0.0001}},
+        422,
+        "validation_error",
+        "schedule.everySeconds",
+    ),
+    (
+        "executeAt before year 1 in UTC",
+        {"taskId": "noop", "schedule": {"type": "once", "executeAt": "0001-01-01T00:00:00+01:00"}},
+        422,
+        "validation_error",
+        "schedule.executeAt",
+    ),
+    (
+        "executeAt past year 9999 in UTC",
+        {"taskId": "noop", "schedule": {"type": "once", "executeAt": "9999-12-31T23:59:59-01:00"}},
+        422,
+        "validation_error",
+        "schedule.executeAt",
+    ),
+    (
+        "startAt at the end of the calendar",
+        {
+            "taskId": "noop",
+            "schedule": {
+                "type": "cron",
+                "expression": "* * * * *",
+                "startAt": "9999-12-31T23:59:30Z",
+            },
+        },
+        422,
+        "validation_error",
+        "schedule.startAt",
+    ),
+    (
+        "interval startAt in year 1",
+        {
+            "taskId": "noop",
+            "schedule": {"type": "interval", "everySeconds": 10, "startAt": "0001-01-01T00:00:00Z"},
+        },
+        422,
+        "validation_error",
+        "schedule.startAt",
+    ),
+    (
         "parameters missing a field",
         {"taskId": "generate_report", "parameters": {"region": "eu"}},
         422,
@@ -213,6 +258,10 @@ async def test_bad_job_bodies_are_rejected_and_nothing_is_stored(
         ("not json", b"taskId=noop"),
         ("empty", b""),
         ("bad utf-8", b'{"taskId": "\xff"}'),
+        (
+            "arrays nested 2,000 deep",
+            b'{"taskId": "noop", "parameters": {"a": ' + b"[" * 2000 + b"]" * 2000 + b"}}",
+        ),
     ],
 )
 async def test_malformed_json_is_400(api: Api, label: str, raw: bytes) -> None:
@@ -244,6 +293,10 @@ async def test_body_over_the_limit_is_413(api: Api) -> None:
     assert await stored_jobs(api) == 0
 
 
+def far_future() -> datetime:
+    return datetime.now(UTC) + timedelta(hours=2)
+
+
 def expired_token() -> str:
     past = datetime.now(UTC) - timedelta(hours=2)
     return jwt.encode({"sub": "alice", "exp": past}, TEST_SECRET, algorithm="HS256")
@@ -268,6 +321,20 @@ def expired_token() -> str:
             {
                 "Authorization": "Bearer "
                 + jwt.encode({"name": "alice"}, TEST_SECRET, algorithm="HS256")
+            },
+        ),
+        (
+            "sub longer than 256 characters",
+            {
+                "Authorization": "Bearer "
+                + jwt.encode({"sub": "x" * 3000, "exp": far_future()}, TEST_SECRET, "HS256")
+            },
+        ),
+        (
+            "sub with a lone surrogate",
+            {
+                "Authorization": "Bearer "
+                + jwt.encode({"sub": "\ud800", "exp": far_future()}, TEST_SECRET, "HS256")
             },
         ),
         (

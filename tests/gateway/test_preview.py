@@ -78,6 +78,9 @@ async def test_preview_applies_the_gap_and_fold_options(api: Api) -> None:
         ({"expression": "0 0 30 2 *"}, "expression", "never"),
         ({"expression": "0 8 * * *", "timezone": "Mars/Olympus"}, "timezone", ""),
         ({"expression": "0 8 * * *", "after": "2026-01-01T00:00:00"}, "after", "offset"),
+        ({"expression": "* * * * *", "after": "0001-01-01T00:00:00Z"}, "after", "1970"),
+        ({"expression": "* * * * *", "after": "0001-01-01T00:00:00-01:00"}, "after", "1970"),
+        ({"expression": "* * * * *", "after": "9999-12-31T23:59:00Z"}, "after", "9000"),
         ({"expression": "0 8 * * *", "count": "0"}, "count", ""),
         ({"expression": "0 8 * * *", "count": "1001"}, "count", ""),
         ({"expression": "0 8 * * *", "gap": "maybe"}, "gap", ""),
@@ -120,3 +123,13 @@ async def test_six_fields_read_seconds_first(api: Api) -> None:
     )
     assert status == 200
     assert body["fireTimes"] == ["2026-01-01T12:00:15Z", "2026-01-02T12:00:15Z"]
+
+
+async def test_a_rare_expression_lists_the_fire_times_the_calendar_holds(api: Api) -> None:
+    """A 5th Monday of February comes every 28 years or so: 1,000 of them do not fit before
+    year 9999, so the preview lists those that do instead of failing."""
+    status, body = await preview(api, expression="0 0 * 2 1#5", count=1000)
+    assert status == 200, body
+    fires = body["fireTimes"]
+    assert 200 < len(fires) < 1000
+    assert all(f[5:7] == "02" for f in fires) and fires == sorted(fires)
