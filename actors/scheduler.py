@@ -32,7 +32,7 @@ from actors.ownership import Ownership, StaticOwnership
 from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
-from core.dispatch import JobPlan, due_at, plan_job
+from core.dispatch import JobPlan, due_at, plan_job, recorded_event
 from core.errors import BusUnavailable, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
@@ -302,7 +302,7 @@ class Scheduler:
             elif d.execution.skip_reason:
                 self._skipped(d.execution)
             if outcome.created:
-                events.append(_recorded_event(d.execution))
+                events.append(recorded_event(d.execution))
             upcoming[job.id] = (d.next_run_at, job.partition)
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self._window_end:
@@ -501,25 +501,6 @@ def _resendable(job: Job, run: Execution) -> bool:
     if run.trigger == RunTrigger.MANUAL:
         return True
     return job.last_scheduled_for is not None and job.last_scheduled_for >= run.scheduled_for
-
-
-def _recorded_event(run: Execution) -> StatusEvent:
-    """The QUEUED or SKIPPED event of a run the scheduler just recorded (for live clients)."""
-    return StatusEvent(
-        execution_id=run.id,
-        job_id=run.job_id,
-        owner=run.owner,
-        partition=run.partition,
-        task_id=run.task_id,
-        queue=run.queue,
-        status=run.status,
-        attempt=0,
-        max_attempts=run.max_attempts,
-        at=run.created_at,
-        scheduled_for=run.scheduled_for,
-        finished_at=run.finished_at,
-        error=run.skip_reason,
-    )
 
 
 def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent:

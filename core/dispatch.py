@@ -21,6 +21,7 @@ from core.model import (
     Missed,
     OverlapPolicy,
     RunTrigger,
+    StatusEvent,
 )
 from core.ports import Dispatch
 from core.schedule import DuePlan, Misfire, jitter_ms, plan_buffered, plan_due, schedule_jitter
@@ -193,4 +194,24 @@ def _skipped(
         dispatched_by=scheduler_id,
         skip_reason=reason,
         missed=missed,
+    )
+
+
+def recorded_event(run: Execution) -> StatusEvent:
+    """The QUEUED or SKIPPED event of a run just recorded, by a scheduler or a manual trigger
+    (for live clients)."""
+    return StatusEvent(
+        execution_id=run.id,
+        job_id=run.job_id,
+        owner=run.owner,
+        partition=run.partition,
+        task_id=run.task_id,
+        queue=run.queue,
+        status=run.status,
+        attempt=0,
+        max_attempts=run.max_attempts,
+        at=run.created_at,
+        scheduled_for=run.scheduled_for,
+        finished_at=run.finished_at,
+        error=run.skip_reason,
     )

@@ -19,6 +19,7 @@ from bus.nats import Bus
 from core import cron
 from core import schedule as schedules
 from core.clock import Clock
+from core.dispatch import recorded_event
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest
 from core.ids import new_job_id, partition_of
 from core.model import (
@@ -35,7 +36,6 @@ from core.model import (
     Page,
     RunMessage,
     RunTrigger,
-    StatusEvent,
 )
 from core.ports import (
     UNCHANGED,
@@ -68,21 +68,6 @@ class ServiceConfig:
 
     partitions: int = 64
     max_attempts_limit: int = 20
-
-
-def _queued_event(run: Execution) -> StatusEvent:
-    return StatusEvent(
-        execution_id=run.id,
-        job_id=run.job_id,
-        owner=run.owner,
-        partition=run.partition,
-        task_id=run.task_id,
-        queue=run.queue,
-        status=ExecutionStatus.QUEUED,
-        max_attempts=run.max_attempts,
-        at=run.created_at,
-        scheduled_for=run.scheduled_for,
-    )
 
 
 class JobService:
@@ -290,7 +275,7 @@ class JobService:
         )
         await self.store.insert_execution(run)
         if self.bus is not None:
-            await self.bus.publish_events([_queued_event(run)])
+            await self.bus.publish_events([recorded_event(run)])
             message = RunMessage(
                 execution_id=run.id,
                 job_id=job.id,
