@@ -55,6 +55,20 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert (run.attempt, run.worker_id) == (2, "w2")
 
 
+def dev_env(make_settings: SettingsFactory, data: Path) -> dict[str, str]:
+    """The environment of a `jobsched dev` child: the test's settings minus the ones dev
+    chooses itself (its own nats-server and store in ``data``, a secret, the port)."""
+    env = env_for(make_settings(data_dir=str(data)))
+    for key in (
+        "JOBSCHED_NATS_URL",
+        "JOBSCHED_STORE_URL",
+        "JOBSCHED_AUTH_SECRET",
+        "JOBSCHED_HTTP_PORT",
+    ):
+        env.pop(key)
+    return env
+
+
 async def read_dev_file(
     data_dir: Path, child: Child, previous: str | None = None
 ) -> tuple[str, str]:
@@ -77,15 +91,7 @@ async def test_restarting_dev_loses_no_job_and_recurring_jobs_continue(
 ) -> None:
     """Case S02 (restart variant): once jobs due while the process is down run exactly once."""
     data = tmp_path / "dev-data"
-    settings = make_settings(data_dir=str(data))
-    env = env_for(settings)
-    for key in (
-        "JOBSCHED_NATS_URL",
-        "JOBSCHED_STORE_URL",
-        "JOBSCHED_AUTH_SECRET",
-        "JOBSCHED_HTTP_PORT",
-    ):
-        env.pop(key)
+    env = dev_env(make_settings, data)
     dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev1.log")
     try:
         url, token = await read_dev_file(data, dev)
@@ -144,14 +150,7 @@ async def test_restarting_dev_loses_no_job_and_recurring_jobs_continue(
 
 async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_path: Path) -> None:
     data = tmp_path / "dev-data"
-    env = env_for(make_settings(data_dir=str(data)))
-    for key in (
-        "JOBSCHED_NATS_URL",
-        "JOBSCHED_STORE_URL",
-        "JOBSCHED_AUTH_SECRET",
-        "JOBSCHED_HTTP_PORT",
-    ):
-        env.pop(key)
+    env = dev_env(make_settings, data)
     dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
     try:
         url, token = await read_dev_file(data, dev)
@@ -187,14 +186,7 @@ async def test_dev_on_a_busy_port_fails_in_one_line_and_leaves_nothing_behind(
     import socket
 
     data = tmp_path / "dev-data"
-    env = env_for(make_settings(data_dir=str(data)))
-    for key in (
-        "JOBSCHED_NATS_URL",
-        "JOBSCHED_STORE_URL",
-        "JOBSCHED_AUTH_SECRET",
-        "JOBSCHED_HTTP_PORT",
-    ):
-        env.pop(key)
+    env = dev_env(make_settings, data)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
