@@ -322,7 +322,7 @@ class Scheduler:
         A job is planned as of its due time (recorded up to ``prepare_ahead_s`` early). A job
         whose previous run still runs is decided at its due time instead, not ahead of it.
         """
-        previous = await self._previous_runs(jobs)
+        previous = await self._previous_runs(jobs, now)
         ahead = now + timedelta(seconds=self.config.prepare_ahead_s)
         chain: list[tuple[Dispatch, Job, datetime]] = []
         for job in jobs:
@@ -382,10 +382,16 @@ class Scheduler:
             )
         return plan.dispatches
 
-    async def _previous_runs(self, jobs: list[Job]) -> dict[str, Execution]:
-        """The latest dispatched run of each recurring job whose overlap policy needs it."""
+    async def _previous_runs(self, jobs: list[Job], now: datetime) -> dict[str, Execution]:
+        """The latest dispatched run of each recurring job whose overlap policy needs it.
+
+        A run the store still shows active is looked up in the work stream only when its job is
+        decided now (due at ``now`` or earlier): a job due later waits for its due time and is
+        re-planned then, so checking it early would cost a NATS round trip per job for nothing
+        — and when the workers fall behind, that is every job.
+        """
         wanted = {
-            execution_id(j.id, j.last_dispatched_for): j.id
+            execution_id(j.id, j.last_dispatched_for): j
             for j in jobs
             if j.recurring
             and j.overlap_policy != OverlapPolicy.ALLOW
@@ -393,14 +399,23 @@ class Scheduler:
         }
         if not wanted:
             return {}
-        runs = {wanted[e.id]: e for e in await self.store.get_executions(wanted)}
-        for job_id, run in list(runs.items()):
-            if run.status in ACTIVE_EXECUTION_STATUSES and not await self.bus.run_in_stream(
-                run.queue, run.id
-            ):
+        runs = {wanted[e.id].id: e for e in await self.store.get_executions(wanted)}
+        decided_now = {
+            job.id
+            for job in wanted.values()
+            if job.id in runs and max(now, due_at(job) or now) <= now
+        }
+        active = [
+            run
+            for job_id, run in runs.items()
+            if job_id in decided_now and run.status in ACTIVE_EXECUTION_STATUSES
+        ]
+        in_stream = await self.bus.runs_in_stream((run.queue, run.id) for run in active)
+        for run in active:
+            if run.id not in in_stream:
                 # Its message is gone: it ended and the recorder has not written that yet (or
                 # it was lost, which the re-dispatch sweep handles): it no longer overlaps.
-                del runs[job_id]
+                del runs[run.job_id]
         return runs
 
     async def _on_finished(self, finished: RunsFinished) -> None:
@@ -457,7 +472,8 @@ class Scheduler:
         """
         cutoff = self.clock.now() - timedelta(seconds=self.config.redispatch_after_s)
         stale = await self.store.stale_executions(owned, cutoff, limit=self.config.batch)
-        absent = [e for e in stale if not await self.bus.run_in_stream(e.queue, e.id)]
+        in_stream = await self.bus.runs_in_stream((e.queue, e.id) for e in stale)
+        absent = [e for e in stale if e.id not in in_stream]
         if not absent:
             self._strikes.clear()
             return

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +62,8 @@ MSG_ID = "Nats-Msg-Id"
 RECONNECT_WAIT_S = 0.5
 DRAIN_TIMEOUT_S = 5
 """How long ``Bus.close`` lets subscriptions drain before it closes anyway (seconds)."""
+RUN_LOOKUP_CONCURRENCY = 64
+"""Message lookups in flight at once in ``Bus.runs_in_stream``."""
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
@@ -554,6 +556,20 @@ class Bus:
             except nats.js.errors.NotFoundError:
                 return False
         return True
+
+    async def runs_in_stream(self, runs: Iterable[tuple[str, str]]) -> set[str]:
+        """The execution ids among ``runs`` (``(queue, execution id)`` pairs) whose message the
+        work stream still holds, as :meth:`run_in_stream`; at most ``RUN_LOOKUP_CONCURRENCY``
+        direct-get requests are in flight at once, so a batch costs a few round trips, not one
+        per run."""
+        limit = asyncio.Semaphore(RUN_LOOKUP_CONCURRENCY)
+
+        async def present(queue: str, execution_id: str) -> str | None:
+            async with limit:
+                return execution_id if await self.run_in_stream(queue, execution_id) else None
+
+        found = await asyncio.gather(*(present(q, e) for q, e in runs))
+        return {e for e in found if e is not None}
 
     async def consumer_backlog(self, stream: str, durable: str) -> int:
         """Messages of a consumer not yet delivered plus delivered and not yet acknowledged."""

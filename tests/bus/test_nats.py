@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
-from bus.nats import Bus, BusConfig
+from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig
+from core.ids import execution_id
+from core.model import RunMessage
 from jobsched.natsserver import NatsServer
 
 
@@ -49,3 +52,44 @@ async def test_cancelled_flushes_leave_the_connection_working(
     finally:
         async with asyncio.timeout(5):
             await bus.close()
+
+
+async def test_runs_in_stream_names_exactly_the_runs_whose_message_is_held(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """The batched lookup the scheduler uses for overlap checks and the re-dispatch sweep: more
+    runs than its concurrency limit, across queues, some never published, some deleted."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        await bus.ensure_streams()
+        at = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+        runs = [
+            RunMessage(
+                execution_id=execution_id(f"job-{i}", at),
+                job_id=f"job-{i}",
+                owner="alice",
+                partition=0,
+                task_id="noop",
+                queue="default" if i % 2 else "reports",
+                scheduled_for=at,
+                published_at=at,
+            )
+            for i in range(3 * RUN_LOOKUP_CONCURRENCY)
+        ]
+        published = runs[:-10]  # the last 10 are never published
+        assert all(err is None for err in await bus.publish_runs(published))
+        deleted = published[:7]
+        for run in deleted:
+            msg = await bus.js.get_last_msg(
+                bus.config.work_stream, bus.config.work_subject(run.queue, run.execution_id)
+            )
+            await bus.js.delete_msg(bus.config.work_stream, msg.seq)
+
+        async with asyncio.timeout(10):
+            held = await bus.runs_in_stream((r.queue, r.execution_id) for r in runs)
+
+        assert held == {r.execution_id for r in published[7:]}
+        assert await bus.runs_in_stream([]) == set()
+    finally:
+        await bus.close()
