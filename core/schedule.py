@@ -29,7 +29,11 @@ from core.timeutil import isoformat_z, to_epoch_ms, to_utc_ms
 
 DEFAULT_MISFIRE_GRACE_S = 60.0
 MAX_CATCH_UP_SCAN = 1_000_000
-"""Missed occurrences are counted exactly up to this many; past it the count is a lower bound."""
+"""Missed occurrences of a cron schedule are counted exactly up to this many; past it the count
+is a lower bound. An interval's are counted exactly, in constant time."""
+MAX_ON_TIME = 1000
+"""At most this many occurrences within the misfire grace are planned at once (a scheduler
+outage under a long grace and a short interval); earlier ones count as misfired."""
 
 _MS = timedelta(milliseconds=1)
 
@@ -248,8 +252,9 @@ def plan_due(
 ) -> DuePlan:
     """Plan the dispatch of a job whose ``occurrence`` is due at ``now``.
 
-    Every occurrence up to now is either *on time* (at most ``grace_s`` seconds late: it runs) or
-    *misfired* (later than that). Misfired occurrences follow ``policy``:
+    Every occurrence up to now is either *on time* (at most ``grace_s`` seconds late and one of
+    the latest ``MAX_ON_TIME``: it runs) or *misfired* (the others). Misfired occurrences follow
+    ``policy``:
 
     - ``runOnce``: one catch-up run, for the most recent misfired occurrence — unless an on-time
       occurrence runs anyway; the others are recorded as missed (Quartz "fire once now",
@@ -263,23 +268,13 @@ def plan_due(
     on_time_alone = nxt is not None and nxt > now and now - occurrence <= timedelta(seconds=grace_s)
     if nxt is None or on_time_alone:
         return DuePlan((occurrence,), nxt, None)
-    late: collections.deque[datetime] = collections.deque(maxlen=max(1, max_catch_up))
-    on_time: list[datetime] = []
-    count_late, first_late, evicted = 0, None, None
-    t: datetime | None = occurrence
     cutoff = now - timedelta(seconds=grace_s)
-    steps = 0
-    while t is not None and t <= now:
-        if t < cutoff:
-            count_late += 1
-            first_late = first_late or t
-            if len(late) == late.maxlen:
-                evicted = late[0]
-            late.append(t)
-        else:
-            on_time.append(t)
-        steps += 1
-        t = next_run_after(schedule, t) if steps < MAX_CATCH_UP_SCAN else _jump(schedule, t, now)
+    keep = max(1, max_catch_up)
+    if isinstance(schedule, IntervalSchedule) and occurrence.microsecond % 1000 == 0:
+        scan = _scan_grid(schedule, occurrence, nxt - occurrence, now, cutoff, keep)
+    else:
+        scan = _scan_steps(schedule, occurrence, now, cutoff, keep)
+    late, on_time, count_late, first_late, evicted, t = scan
     if count_late == 0:
         return DuePlan(tuple(on_time), t, None)
     match policy:
@@ -298,6 +293,65 @@ def plan_due(
     return DuePlan(tuple(runs), t, Misfire(missed, first_late, last_missed, policy))
 
 
+_Scan = tuple[
+    list[datetime], list[datetime], int, datetime | None, datetime | None, datetime | None
+]
+"""The occurrences from a due one up to now: (the latest ``keep`` late ones, the on-time ones,
+how many were late, the first late one, the latest late one beyond ``keep``, the next one
+after now or None)."""
+
+
+def _scan_steps(
+    schedule: Schedule, occurrence: datetime, now: datetime, cutoff: datetime, keep: int
+) -> _Scan:
+    """:data:`_Scan` by stepping through every occurrence (cron; exact up to
+    MAX_CATCH_UP_SCAN steps, then a jump to the last occurrence at or before now)."""
+    late: collections.deque[datetime] = collections.deque(maxlen=keep)
+    on_time: collections.deque[datetime] = collections.deque()
+    count_late, first_late, evicted = 0, None, None
+    t: datetime | None = occurrence
+    steps = 0
+    while t is not None and t <= now:
+        on_time.append(t)
+        if t < cutoff or len(on_time) > MAX_ON_TIME:
+            earliest = on_time.popleft()  # late, or on time but beyond MAX_ON_TIME
+            count_late += 1
+            first_late = first_late or earliest
+            if len(late) == late.maxlen:
+                evicted = late[0]
+            late.append(earliest)
+        steps += 1
+        t = next_run_after(schedule, t) if steps < MAX_CATCH_UP_SCAN else _jump(schedule, t, now)
+    return list(late), list(on_time), count_late, first_late, evicted, t
+
+
+def _scan_grid(
+    schedule: IntervalSchedule,
+    occurrence: datetime,
+    step: timedelta,
+    now: datetime,
+    cutoff: datetime,
+    keep: int,
+) -> _Scan:
+    """:data:`_Scan` of an interval in constant time, however far back ``occurrence`` lies.
+
+    ``step`` is the distance from ``occurrence`` (whole milliseconds) to the next occurrence.
+    Every step is the same (the interval cut to whole milliseconds, as :func:`next_run_after`
+    does it), so the occurrences are ``occurrence + k * step``; the result equals
+    :func:`_scan_steps`, with an exact count.
+    """
+    limit = now if schedule.end_at is None else min(now, schedule.end_at)
+    total = (limit - occurrence) // step + 1 if limit >= occurrence else 0
+    count_late = min(total, -((occurrence - cutoff) // step)) if cutoff > occurrence else 0
+    count_late = max(count_late, total - MAX_ON_TIME)
+    kept_from = max(0, count_late - keep)
+    late = [occurrence + k * step for k in range(kept_from, count_late)]
+    on_time = [occurrence + k * step for k in range(count_late, total)]
+    evicted = occurrence + (kept_from - 1) * step if kept_from else None
+    after = _within(schedule, occurrence + total * step)
+    return late, on_time, count_late, occurrence if count_late else None, evicted, after
+
+
 def plan_buffered(schedule: Schedule, occurrence: datetime, now: datetime) -> DuePlan:
     """Plan the buffered run of an ``overlapPolicy: bufferOne`` job whose previous run ended.
 
@@ -306,6 +360,13 @@ def plan_buffered(schedule: Schedule, occurrence: datetime, now: datetime) -> Du
     """
     nxt = next_run_after(schedule, occurrence)
     count, first, last = 0, None, None
+    grid = isinstance(schedule, IntervalSchedule) and occurrence.microsecond % 1000 == 0
+    if grid and nxt is not None and nxt <= now:
+        assert isinstance(schedule, IntervalSchedule)
+        late, _, count, first, _, nxt = _scan_grid(
+            schedule, nxt, nxt - occurrence, now, now + _MS, keep=1
+        )
+        last = late[-1]
     while nxt is not None and nxt <= now and count < MAX_CATCH_UP_SCAN:
         count += 1
         first = first or nxt

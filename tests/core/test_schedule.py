@@ -8,6 +8,7 @@ functions under test.
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,15 @@ from core.model import (
 )
 from core.schedule import (
     DEFAULT_MISFIRE_GRACE_S,
+    MAX_ON_TIME,
     DuePlan,
     Misfire,
+    _scan_grid,
+    _scan_steps,
     first_run_at,
     next_run_after,
     normalize,
+    plan_buffered,
     plan_due,
 )
 from core.timeutil import isoformat_z
@@ -455,4 +460,64 @@ def test_a_long_cron_misfire_counts_every_missed_occurrence() -> None:
     assert plan.next_run_at == utc("2026-06-11T00:01:00Z")
     assert plan.misfire == Misfire(
         14_400, occurrence, utc("2026-06-10T23:59:00Z"), MisfirePolicy.RUN_ONCE
+    )
+
+
+def test_an_interval_due_since_1970_is_planned_with_an_exact_count_of_missed_runs() -> None:
+    # Every 10 s from the epoch, first dispatched at NOW (2026-06-01T12:00:00Z): 178,031,521
+    # occurrences are due, far more than stepping through them one by one could count.
+    epoch = utc("1970-01-01T00:00:00Z")
+    every = IntervalSchedule(every_seconds=10, start_at=epoch)
+
+    plan = plan_due(every, epoch, NOW, policy=MisfirePolicy.SKIP)
+
+    on_time = tuple(NOW - timedelta(seconds=s) for s in (60, 50, 40, 30, 20, 10, 0))
+    assert plan == DuePlan(
+        on_time,
+        NOW + timedelta(seconds=10),
+        Misfire(178_031_514, epoch, NOW - timedelta(seconds=70), MisfirePolicy.SKIP),
+    )
+    buffered = plan_buffered(every, epoch, NOW)
+    assert buffered == DuePlan(
+        (epoch,),
+        NOW + timedelta(seconds=10),
+        Misfire(178_031_520, epoch + timedelta(seconds=10), NOW, MisfirePolicy.RUN_ONCE),
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_interval_occurrences_computed_in_constant_time_equal_stepping_through_them(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    for _ in range(50):
+        every = rng.choice([0.001, 0.0015, 0.0999, 1, 1.2345, 7, 61.5, 3600])
+        start = NOW - timedelta(milliseconds=rng.randrange(0, 5000 * int(every * 1000) + 1))
+        end_at = (
+            start + timedelta(seconds=every * rng.uniform(0, 3000)) if rng.random() < 0.3 else None
+        )
+        schedule = IntervalSchedule(every_seconds=every, start_at=start, end_at=end_at)
+        step = next_run_after(schedule, start)
+        if step is None:
+            continue
+        cutoff = NOW - timedelta(milliseconds=rng.randrange(0, 3000 * int(every * 1000) + 1))
+        keep = rng.choice([1, 3, 10])
+
+        grid = _scan_grid(schedule, start, step - start, NOW, cutoff, keep)
+
+        assert grid == _scan_steps(schedule, start, NOW, cutoff, keep)
+
+
+def test_at_most_max_on_time_occurrences_within_the_grace_are_planned_at_once() -> None:
+    # Every 1 ms with a 7-day grace, due a minute ago: 60,001 occurrences lie within the grace.
+    due = NOW - timedelta(minutes=1)
+    every = IntervalSchedule(every_seconds=0.001)
+
+    plan = plan_due(every, due, NOW, grace_s=7 * 86400, policy=MisfirePolicy.SKIP)
+
+    assert len(plan.runs) == MAX_ON_TIME
+    assert plan.runs[0] == NOW - timedelta(milliseconds=MAX_ON_TIME - 1)
+    assert plan.runs[-1] == NOW
+    assert plan.misfire == Misfire(
+        60_001 - MAX_ON_TIME, due, NOW - timedelta(milliseconds=MAX_ON_TIME), MisfirePolicy.SKIP
     )
