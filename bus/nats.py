@@ -561,14 +561,25 @@ class Bus:
         """The execution ids among ``runs`` (``(queue, execution id)`` pairs) whose message the
         work stream still holds, as :meth:`run_in_stream`; at most ``RUN_LOOKUP_CONCURRENCY``
         direct-get requests are in flight at once, so a batch costs a few round trips, not one
-        per run."""
+        per run.
+
+        Raises:
+            BusUnavailable: a lookup failed; the batch's other lookups are cancelled first.
+        """
         limit = asyncio.Semaphore(RUN_LOOKUP_CONCURRENCY)
 
         async def present(queue: str, execution_id: str) -> str | None:
             async with limit:
                 return execution_id if await self.run_in_stream(queue, execution_id) else None
 
-        found = await asyncio.gather(*(present(q, e) for q, e in runs))
+        lookups = [asyncio.ensure_future(present(q, e)) for q, e in runs]
+        try:
+            found = await asyncio.gather(*lookups)
+        except BaseException:  # the first failure (BusUnavailable) ends the batch: no stragglers
+            for lookup in lookups:
+                lookup.cancel()
+            await asyncio.gather(*lookups, return_exceptions=True)
+            raise
         return {e for e in found if e is not None}
 
     async def consumer_backlog(self, stream: str, durable: str) -> int:

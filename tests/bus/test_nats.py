@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
+
 from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig
+from core.errors import BusUnavailable
 from core.ids import execution_id
 from core.model import RunMessage
 from jobsched.natsserver import NatsServer
@@ -93,3 +96,44 @@ async def test_runs_in_stream_names_exactly_the_runs_whose_message_is_held(
         assert await bus.runs_in_stream([]) == set()
     finally:
         await bus.close()
+
+
+async def test_runs_in_stream_bounds_its_lookups_and_stops_them_all_at_the_first_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bus = Bus(BusConfig(servers=["nats://127.0.0.1:1"]))  # never connected: lookups are stubbed
+    in_flight = peak = started = 0
+    release = asyncio.Event()
+
+    async def lookup(queue: str, execution_id: str) -> bool:
+        nonlocal in_flight, peak, started
+        started += 1
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            if execution_id == "fails":
+                raise BusUnavailable("look up run message: connection closed")
+            await release.wait()
+            return True
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(bus, "run_in_stream", lookup)
+    runs = [("default", f"run-{i}") for i in range(3 * RUN_LOOKUP_CONCURRENCY)]
+
+    async with asyncio.timeout(5):
+        batch = asyncio.create_task(bus.runs_in_stream(runs))
+        while started < RUN_LOOKUP_CONCURRENCY:
+            await asyncio.sleep(0)
+        release.set()
+        assert await batch == {e for _, e in runs}
+    assert peak == RUN_LOOKUP_CONCURRENCY
+
+    release.clear()
+    started = 0
+    with pytest.raises(BusUnavailable):
+        async with asyncio.timeout(5):
+            await bus.runs_in_stream([("default", "fails"), *runs])
+    # the failure frees one slot before the batch sees it: at most one more lookup starts
+    assert started <= RUN_LOOKUP_CONCURRENCY + 1
+    assert in_flight == 0  # and those started were cancelled, none left running
