@@ -221,7 +221,8 @@ class Misfire:
     """Occurrences that came due while the job could not be dispatched and will not run.
 
     Attributes:
-        missed: how many (exact below MAX_CATCH_UP_SCAN; a lower bound above it).
+        missed: how many (exact for an interval; for cron exact below MAX_CATCH_UP_SCAN, a
+            lower bound above it).
         first_missed / last_missed: the earliest and latest of them (aware UTC).
         policy: the misfire policy that applied.
     """

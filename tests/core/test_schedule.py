@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from core import schedule as schedule_module
 from core.cron import parse_cron
 from core.errors import InvalidCron, InvalidRequest
 from core.model import (
@@ -30,7 +31,6 @@ from core.schedule import (
     MAX_ON_TIME,
     DuePlan,
     Misfire,
-    _scan_grid,
     _scan_steps,
     first_run_at,
     next_run_after,
@@ -486,26 +486,43 @@ def test_an_interval_due_since_1970_is_planned_with_an_exact_count_of_missed_run
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_interval_occurrences_computed_in_constant_time_equal_stepping_through_them(
-    seed: int,
+def test_interval_plans_computed_in_constant_time_equal_stepping_through_every_occurrence(
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
+    cases = []
     for _ in range(50):
-        every = rng.choice([0.001, 0.0015, 0.0999, 1, 1.2345, 7, 61.5, 3600])
-        start = NOW - timedelta(milliseconds=rng.randrange(0, 5000 * int(every * 1000) + 1))
-        end_at = (
-            start + timedelta(seconds=every * rng.uniform(0, 3000)) if rng.random() < 0.3 else None
-        )
+        every = rng.choice([0.001, 0.0015, 0.0019999, 0.0999, 1, 1.2345, 7, 61.5, 3600])
+        every_ms = every * 1000
+        start = NOW - timedelta(milliseconds=rng.randrange(0, 5000 * int(every_ms) + 1))
+        now = NOW + timedelta(microseconds=rng.choice([0, 0, 1, 500, 999]))
+        end_at = None
+        if rng.random() < 0.3:  # on an occurrence, or just before or after one
+            step = next_run_after(IntervalSchedule(every_seconds=every), start)
+            assert step is not None
+            k = rng.randrange(0, 3000)
+            end_at = start + k * (step - start) + timedelta(milliseconds=rng.choice([-1, 0, 0, 1]))
         schedule = IntervalSchedule(every_seconds=every, start_at=start, end_at=end_at)
-        step = next_run_after(schedule, start)
-        if step is None:
-            continue
-        cutoff = NOW - timedelta(milliseconds=rng.randrange(0, 3000 * int(every * 1000) + 1))
+        grace_s = rng.randrange(0, 3000 * int(every_ms) + 1) / 1000
+        policy = rng.choice(list(MisfirePolicy))
         keep = rng.choice([1, 3, 10])
+        cases.append((schedule, start, now, grace_s, policy, keep))
 
-        grid = _scan_grid(schedule, start, step - start, NOW, cutoff, keep)
+    def plans() -> list[DuePlan]:
+        return [
+            plan_due(s, start, now, grace_s=grace, policy=policy, max_catch_up=keep)
+            for s, start, now, grace, policy, keep in cases
+        ]
 
-        assert grid == _scan_steps(schedule, start, NOW, cutoff, keep)
+    by_grid = plans()
+    monkeypatch.setattr(
+        schedule_module,
+        "_scan_grid",
+        lambda schedule, start, step, now, cutoff, keep: _scan_steps(
+            schedule, start, now, cutoff, keep
+        ),
+    )
+    assert by_grid == plans()
 
 
 def test_at_most_max_on_time_occurrences_within_the_grace_are_planned_at_once() -> None:
