@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from aiohttp import WSMsgType, web
@@ -46,6 +46,11 @@ class AuthMessage(msgspec.Struct, tag="auth", tag_field="type", forbid_unknown_f
     token: str
 
 
+EventId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 2)]
+"""A status stream sequence number, 0 to 2^63 - 2: the replay starts at the next one, which
+must fit a signed 64-bit integer; no stream gets near it."""
+
+
 class SubscribeMessage(
     msgspec.Struct,
     tag="subscribe",
@@ -55,7 +60,7 @@ class SubscribeMessage(
     kw_only=True,
 ):
     job_ids: list[str] | None = None
-    last_event_id: int | None = msgspec.field(default=None)
+    last_event_id: EventId | None = msgspec.field(default=None)
 
 
 ClientMessage = AuthMessage | SubscribeMessage

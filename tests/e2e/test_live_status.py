@@ -201,3 +201,23 @@ async def test_a_slow_client_is_cut_off_while_a_fast_one_keeps_receiving(
     assert len(fast) >= 1000
     assert code == 4008
     assert received < len(fast), "the slow client was cut off before the end of the stream"
+
+
+async def test_an_out_of_range_last_event_id_gets_an_error_frame_and_the_socket_stays_open(
+    stack: Stack,
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(
+            stack.url.replace("http", "ws") + "/ws",
+            headers={"Authorization": f"Bearer {stack.token('alice')}"},
+        ) as ws,
+    ):
+        async with asyncio.timeout(10):
+            for bad in (2**64 - 1, -1):
+                await ws.send_str(json.dumps({"type": "subscribe", "lastEventId": bad}))
+                frame = json.loads((await ws.receive()).data)
+                assert frame["type"] == "error"
+                assert "lastEventId" in frame["message"]
+            await ws.send_str(json.dumps({"type": "subscribe", "lastEventId": 0}))
+            assert json.loads((await ws.receive()).data)["type"] == "subscribed"
