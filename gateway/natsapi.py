@@ -80,6 +80,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
 
 
 async def _op_create(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:
+    if not data.strip():  # as over HTTP: a create needs a body (list and the others do not)
+        raise MalformedRequest("the request body is empty; send a JSON object")
     job, _ = await svc.create(
         user, _decode(_create, data), idempotency_key=headers.get("Idempotency-Key")
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiohttp
 import msgspec
 import nats
 import pytest
@@ -63,6 +64,30 @@ async def test_errors_carry_the_http_codes(stack: Stack) -> None:
         with pytest.raises(ApiError) as conflict:
             await api.resume_job(job.id)
         assert conflict.value.status == 409
+
+
+async def test_an_empty_create_is_malformed_as_over_http(stack: Stack) -> None:
+    nc = await nats.connect(stack.settings.nats_url)
+    try:
+        msg = await nc.request(
+            f"{stack.settings.subject_prefix}.api.create",
+            b"",
+            timeout=5,
+            headers={"Authorization": f"Bearer {stack.token()}"},
+        )
+    finally:
+        await nc.close()
+    problem = msgspec.json.decode(msg.data)
+    assert msg.headers is not None and msg.headers["Nats-Service-Error-Code"] == "400"
+    assert problem["code"] == "malformed_json"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            stack.url + "/jobs", data=b"", headers={"Authorization": f"Bearer {stack.token()}"}
+        ) as http,
+    ):
+        assert http.status == 400
+        assert (await http.json(content_type=None))["code"] == problem["code"]
 
 
 async def test_the_service_is_discoverable(stack: Stack) -> None:
