@@ -234,6 +234,7 @@ async def run_one(
     print(
         f"== {layout.label} / {workload} / {rate:g} runs/s for {args.duration:g} s", file=sys.stderr
     )
+    env = {**settings_overrides(args), **(env or {})}
     async with Deployment(layout, keep=args.keep, name="sustained", env=env, seed=seed) as d:
         if seeded:
             sub = {
@@ -379,7 +380,30 @@ def parse_common(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also measure raw NATS (bench.baseline) and print throughput as a share of it",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="JOBSCHED_NAME=VALUE",
+        help="a setting for every jobsched process (repeatable), to compare tunings, e.g. "
+        "--set JOBSCHED_LOOKAHEAD_SECONDS=10",
+    )
     add_common_args(p)
+
+
+def settings_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--set`` options as environment variables.
+
+    Raises:
+        SystemExit: an option is not ``JOBSCHED_NAME=VALUE``.
+    """
+    out = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("JOBSCHED_"):
+            raise SystemExit(f"--set {item!r}: expected JOBSCHED_NAME=VALUE")
+        out[name] = value
+    return out
 
 
 async def raw_baseline() -> dict[str, float]:

@@ -118,7 +118,12 @@ def _chain(
 ) -> list[Dispatch]:
     """The chain of ``plan``. With ``latest_only`` (an overlap policy other than ``allow`` and
     several occurrences due at once, e.g. within the misfire grace after a delay) only the
-    latest runs: the earlier ones would overlap it and are recorded as SKIPPED."""
+    latest runs: the earlier ones would overlap it and are recorded SKIPPED.
+
+    Occurrences skipped together for one reason are one SKIPPED record (the first of them, with
+    ``missed``), like misfired ones: a scheduler that fell behind by k periods writes three
+    records per job at most, not k + 1, so falling behind does not make each job dearer.
+    """
     chain: list[Dispatch] = []
     expected = occurrence
     steps: list[tuple[datetime, Execution]] = []
@@ -129,17 +134,30 @@ def _chain(
         steps.append(
             (m.first_missed, _skipped(job, m.first_missed, now, scheduler_id, "misfire", missed))
         )
+    runs = list(plan.runs)
+    if skip_reason is not None:
+        skipped, runs = runs, []
+    elif latest_only:
+        skipped, runs = runs[:-1], runs[-1:]
+        skip_reason = (
+            f"overlap: {len(plan.runs)} occurrences were due at once; only the latest runs"
+        )
+    else:
+        skipped = []
+    if skipped:
+        assert skip_reason is not None
+        together = None
+        if len(skipped) > 1:
+            together = Missed(
+                count=len(skipped), first=skipped[0], last=skipped[-1], policy=job.overlap_policy
+            )
+        steps.append(
+            (skipped[0], _skipped(job, skipped[0], now, scheduler_id, skip_reason, together))
+        )
     grace = timedelta(seconds=job.misfire_grace_seconds)
-    crowded = f"overlap: {len(plan.runs)} occurrences were due at once; only the latest runs"
-    for i, run_at in enumerate(plan.runs):
-        if skip_reason is not None:
-            ex = _skipped(job, run_at, now, scheduler_id, skip_reason, None)
-        elif latest_only and i < len(plan.runs) - 1:
-            ex = _skipped(job, run_at, now, scheduler_id, crowded, None)
-        else:
-            trigger = RunTrigger.CATCH_UP if now - run_at > grace else RunTrigger.SCHEDULE
-            ex = _queued(job, run_at, now, scheduler_id, trigger)
-        steps.append((run_at, ex))
+    for run_at in runs:
+        trigger = RunTrigger.CATCH_UP if now - run_at > grace else RunTrigger.SCHEDULE
+        steps.append((run_at, _queued(job, run_at, now, scheduler_id, trigger)))
     targets = [t for t, _ in steps[1:]] + [plan.next_run_at]
     for (_, ex), target in zip(steps, targets, strict=True):
         chain.append(Dispatch(ex, expected_next_run_at=expected, next_run_at=target))

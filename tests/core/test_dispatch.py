@@ -14,6 +14,7 @@ from core.model import (
     ExecutionStatus,
     IntervalSchedule,
     Job,
+    Missed,
     OverlapPolicy,
 )
 
@@ -67,14 +68,8 @@ def test_an_on_time_job_is_one_queued_run_that_advances_by_cas() -> None:
             OverlapPolicy.ALLOW,
             [("QUEUED", "10:00:00"), ("QUEUED", "10:00:10"), ("QUEUED", "10:00:20")],
         ),
-        (
-            OverlapPolicy.FORBID,
-            [("SKIPPED", "10:00:00"), ("SKIPPED", "10:00:10"), ("QUEUED", "10:00:20")],
-        ),
-        (
-            OverlapPolicy.REPLACE,
-            [("SKIPPED", "10:00:00"), ("SKIPPED", "10:00:10"), ("QUEUED", "10:00:20")],
-        ),
+        (OverlapPolicy.FORBID, [("SKIPPED", "10:00:00"), ("QUEUED", "10:00:20")]),
+        (OverlapPolicy.REPLACE, [("SKIPPED", "10:00:00"), ("QUEUED", "10:00:20")]),
     ],
 )
 def test_several_on_time_occurrences_run_together_only_when_overlap_is_allowed(
@@ -84,6 +79,14 @@ def test_several_on_time_occurrences_run_together_only_when_overlap_is_allowed(
         job(policy), T0 + timedelta(seconds=25), previous=None, buffered=False, scheduler_id="s"
     )
     assert kinds(plan) == expected
+    if policy != OverlapPolicy.ALLOW:  # the earlier occurrences: one record, like a misfire
+        skipped = plan.dispatches[0].execution
+        assert (
+            skipped.skip_reason == "overlap: 3 occurrences were due at once; only the latest runs"
+        )
+        assert skipped.missed == Missed(
+            count=2, first=T0, last=T0 + timedelta(seconds=10), policy=policy
+        )
     chain = plan.dispatches
     assert [d.expected_next_run_at for d in chain[1:]] == [d.next_run_at for d in chain[:-1]], (
         "a CAS chain"
@@ -99,6 +102,34 @@ def test_forbid_skips_while_the_previous_run_runs() -> None:
     [d] = plan.dispatches
     assert d.execution.status == ExecutionStatus.SKIPPED
     assert d.execution.skip_reason and d.execution.skip_reason.startswith("overlap: previous run")
+
+
+def test_occurrences_skipped_while_the_previous_run_runs_are_one_record() -> None:
+    j = job(last_dispatched_for=T0 - timedelta(seconds=10))
+    prev = running(j, T0 - timedelta(seconds=10))
+
+    plan = plan_job(j, T0 + timedelta(seconds=25), previous=prev, buffered=False, scheduler_id="s")
+
+    [d] = plan.dispatches
+    assert d.execution.status == ExecutionStatus.SKIPPED
+    assert d.execution.skip_reason == f"overlap: previous run {prev.id} is still RUNNING"
+    assert d.execution.missed == Missed(
+        count=3, first=T0, last=T0 + timedelta(seconds=20), policy=OverlapPolicy.FORBID
+    )
+    assert (d.expected_next_run_at, d.next_run_at) == (T0, T0 + timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("periods_behind", [1, 5, 50, 5000])
+def test_a_job_far_behind_costs_at_most_three_records(periods_behind: int) -> None:
+    """Falling behind must not make a job dearer to dispatch: the overload feedback loop."""
+    late = T0 + timedelta(seconds=10 * periods_behind + 5)
+
+    plan = plan_job(job(), late, previous=None, buffered=False, scheduler_id="s")
+
+    assert len(plan.dispatches) <= 3
+    assert [k[0] for k in kinds(plan)][-1] == "QUEUED"
+    skipped = [d.execution for d in plan.dispatches[:-1]]
+    assert sum(e.missed.count if e.missed else 1 for e in skipped) == periods_behind
 
 
 def test_buffer_one_waits_then_runs_the_buffered_occurrence_and_records_the_rest() -> None:
