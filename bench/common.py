@@ -791,6 +791,15 @@ class StoreReader:
             ]
         )
 
+    def skipped_occurrences(self, where: str, params: Sequence[Any] = ()) -> int:
+        """Occurrences recorded SKIPPED: one per record, or its ``missed.count``."""
+        row = self.conn.execute(
+            "SELECT coalesce(sum(coalesce(json_extract(CAST(extra AS TEXT), '$.missed.count'), 1)"
+            f"), 0) FROM executions WHERE status = 'SKIPPED' AND {where}",
+            params,
+        ).fetchone()
+        return int(row[0])
+
     def jobs_created(self, where: str = "1", params: Sequence[Any] = ()) -> list[int]:
         return [
             r[0] for r in self.conn.execute(f"SELECT created_at FROM jobs WHERE {where}", params)
