@@ -17,10 +17,11 @@ import asyncio
 from typing import Any
 
 from bench.common import Layout, save_results
-from bench.sustained import parse_common, print_table, raw_baseline, run_one
+from bench.sustained import parse_common, print_table, raw_baseline, run_one, settings_overrides
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    settings_overrides(args)  # a bad --set fails here, before anything starts
     raw = await raw_baseline() if args.baseline else None
     results = []
     for shape in args.shapes.split(","):

@@ -6,8 +6,9 @@ Workloads:
 * ``once`` — RxD once jobs with ``executeAt`` spread evenly over the window, all submitted through
   the HTTP API (concurrently) before the window starts, so submission is not what is measured.
   The window starts after the submission time estimated from a calibration burst.
-* ``interval`` — Rxk interval jobs of period k seconds (``--period``, 10), submitted through the
-  API; the window starts once all exist, so exactly R runs per second are due in it.
+* ``interval`` — Rxk interval jobs of period k seconds (``--period``, 5), inserted into the store
+  before start-up with evenly spread phases (``--interval-seed store``, the default) or submitted
+  through the API (``api``); the window starts once all exist, so R runs per second are due in it.
 
 Per configuration it prints: throughput (runs SUCCEEDED per second with ``finishedAt`` in the
 window), the delays scheduledFor→publishedAt and scheduledFor→startedAt (p50/p99/max over every
@@ -54,6 +55,8 @@ from bench.common import (
     verdict,
     wait_until_wall,
 )
+from core.errors import ConfigError
+from core.settings import Settings, load_settings
 
 PARTITIONS = 64  # the product default; the deployments do not change it
 TARGET_RATE = 2000
@@ -396,17 +399,24 @@ def parse_common(p: argparse.ArgumentParser) -> None:
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, str]:
-    """The ``--set`` options as environment variables.
+    """The ``--set`` options as environment variables, checked as the processes will read them.
 
     Raises:
-        SystemExit: an option is not ``JOBSCHED_NAME=VALUE``.
+        SystemExit: an option is not ``JOBSCHED_NAME=VALUE``, names no setting, or its value is
+            invalid (the message is ``core.settings.load_settings``'s).
     """
     out = {}
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep or not name.startswith("JOBSCHED_"):
             raise SystemExit(f"--set {item!r}: expected JOBSCHED_NAME=VALUE")
+        if name not in Settings.env_names():
+            raise SystemExit(f"--set {item!r}: {name} is not a setting (see README 'Settings')")
         out[name] = value
+    try:
+        load_settings(out)
+    except ConfigError as e:
+        raise SystemExit(f"--set: {e}") from None
     return out
 
 
@@ -419,6 +429,7 @@ async def raw_baseline() -> dict[str, float]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    settings_overrides(args)  # a bad --set fails here, before anything starts
     raw = await raw_baseline() if args.baseline else None
     results = []
     for layout_name in args.layout.split(","):
