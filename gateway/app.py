@@ -356,8 +356,12 @@ async def get_job(request: web.Request) -> web.Response:
     return json_response(job)
 
 
+EXECUTION_LIST_PARAMS = frozenset({"limit", "cursor"})
+
+
 async def list_executions(request: web.Request) -> web.Response:
     q = request.query
+    _only(q, EXECUTION_LIST_PARAMS)
     page = await request.app[SERVICE].list_executions(
         request[USER],
         request.match_info["job_id"],

@@ -392,6 +392,22 @@ async def test_bad_list_queries_are_422(api: Api, query: str, field: str) -> Non
         assert problem["errors"][0]["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("status=FAILED", "status"), ("limit=0", "limit"), ("cursor=%%%", "cursor")],
+)
+async def test_bad_run_history_queries_are_422(api: Api, query: str, field: str) -> None:
+    async with api.session.post(
+        f"{api.url}/jobs", json={"taskId": "noop"}, headers=api.auth()
+    ) as created:
+        job_id = (await created.json())["id"]
+    url = f"{api.url}/jobs/{job_id}/executions?{query}"
+    async with api.session.get(url, headers=api.auth()) as resp:
+        problem = await resp.json(content_type=None)
+        assert_problem(resp.status, resp.content_type, problem, 422, "validation_error")
+        assert problem["errors"][0]["field"] == field
+
+
 async def test_unknown_routes_and_methods_are_problems(api: Api) -> None:
     async with api.session.get(f"{api.url}/nothing-here", headers=api.auth()) as resp:
         assert_problem(
