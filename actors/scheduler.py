@@ -32,7 +32,7 @@ from actors.ownership import Ownership, StaticOwnership
 from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
-from core.dispatch import JobPlan, due_at, plan_job, recorded_event
+from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
 from core.errors import BusUnavailable, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
@@ -399,17 +399,13 @@ class Scheduler:
         }
         if not wanted:
             return {}
-        runs = {wanted[e.id].id: e for e in await self.store.get_executions(wanted)}
-        decided_now = {
-            job.id
-            for job in wanted.values()
-            if job.id in runs and max(now, due_at(job) or now) <= now
-        }
-        active = [
-            run
-            for job_id, run in runs.items()
-            if job_id in decided_now and run.status in ACTIVE_EXECUTION_STATUSES
-        ]
+        runs: dict[str, Execution] = {}
+        active: list[Execution] = []  # still active in the store, and its job is decided now
+        for run in await self.store.get_executions(wanted):
+            job = wanted[run.id]
+            runs[job.id] = run
+            if run.status in ACTIVE_EXECUTION_STATUSES and (due_at(job) or now) <= now:
+                active.append(run)
         in_stream = await self.bus.runs_in_stream((run.queue, run.id) for run in active)
         for run in active:
             if run.id not in in_stream:
@@ -525,21 +521,7 @@ def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent
         status, reason = ExecutionStatus.CANCELLED, "cancelled: the job was cancelled or deleted"
     else:
         status, reason = ExecutionStatus.SKIPPED, "orphan: recorded but never dispatched"
-    return StatusEvent(
-        execution_id=run.id,
-        job_id=run.job_id,
-        owner=run.owner,
-        partition=run.partition,
-        task_id=run.task_id,
-        queue=run.queue,
-        status=status,
-        attempt=run.attempt,
-        max_attempts=run.max_attempts,
-        at=at,
-        scheduled_for=run.scheduled_for,
-        finished_at=at,
-        error=reason,
-    )
+    return run_event(run, status, attempt=run.attempt, at=at, finished_at=at, error=reason)
 
 
 def _run_message(

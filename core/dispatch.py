@@ -215,9 +215,16 @@ def _skipped(
     )
 
 
-def recorded_event(run: Execution) -> StatusEvent:
-    """The QUEUED or SKIPPED event of a run just recorded, by a scheduler or a manual trigger
-    (for live clients)."""
+def run_event(
+    run: Execution,
+    status: ExecutionStatus,
+    *,
+    attempt: int,
+    at: datetime,
+    finished_at: datetime | None,
+    error: str | None,
+) -> StatusEvent:
+    """A status event of ``run`` (its identity fields) with the given transition."""
     return StatusEvent(
         execution_id=run.id,
         job_id=run.job_id,
@@ -225,11 +232,24 @@ def recorded_event(run: Execution) -> StatusEvent:
         partition=run.partition,
         task_id=run.task_id,
         queue=run.queue,
-        status=run.status,
-        attempt=0,
+        status=status,
+        attempt=attempt,
         max_attempts=run.max_attempts,
-        at=run.created_at,
+        at=at,
         scheduled_for=run.scheduled_for,
+        finished_at=finished_at,
+        error=error,
+    )
+
+
+def recorded_event(run: Execution) -> StatusEvent:
+    """The QUEUED or SKIPPED event of a run just recorded, by a scheduler or a manual trigger
+    (for live clients)."""
+    return run_event(
+        run,
+        run.status,
+        attempt=0,
+        at=run.created_at,
         finished_at=run.finished_at,
         error=run.skip_reason,
     )

@@ -12,6 +12,7 @@ import collections
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeGuard
 
 import msgspec
 
@@ -271,7 +272,7 @@ def plan_due(
         return DuePlan((occurrence,), nxt, None)
     cutoff = now - timedelta(seconds=grace_s)
     keep = max(1, max_catch_up)
-    if isinstance(schedule, IntervalSchedule) and occurrence.microsecond % 1000 == 0:
+    if _on_grid(schedule, occurrence):
         scan = _scan_grid(schedule, occurrence, nxt - occurrence, now, cutoff, keep)
     else:
         scan = _scan_steps(schedule, occurrence, now, cutoff, keep)
@@ -300,6 +301,12 @@ _Scan = tuple[
 """The occurrences from a due one up to now: (the latest ``keep`` late ones, the on-time ones,
 how many were late, the first late one, the latest late one beyond ``keep``, the next one
 after now or None)."""
+
+
+def _on_grid(schedule: Schedule, occurrence: datetime) -> TypeGuard[IntervalSchedule]:
+    """Whether the occurrences from ``occurrence`` on lie on a grid :func:`_scan_grid` can
+    compute: an interval, from a whole millisecond."""
+    return isinstance(schedule, IntervalSchedule) and occurrence.microsecond % 1000 == 0
 
 
 def _scan_steps(
@@ -361,9 +368,7 @@ def plan_buffered(schedule: Schedule, occurrence: datetime, now: datetime) -> Du
     """
     nxt = next_run_after(schedule, occurrence)
     count, first, last = 0, None, None
-    grid = isinstance(schedule, IntervalSchedule) and occurrence.microsecond % 1000 == 0
-    if grid and nxt is not None and nxt <= now:
-        assert isinstance(schedule, IntervalSchedule)
+    if _on_grid(schedule, occurrence) and nxt is not None and nxt <= now:
         late, _, count, first, _, nxt = _scan_grid(
             schedule, nxt, nxt - occurrence, now, now + _MS, keep=1
         )
