@@ -35,6 +35,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from bus.nats import Bus
+from core import schedule as schedules
 from core.errors import FieldError, InvalidRequest, JobschedError, MalformedRequest, Unavailable
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
 from core.ports import JobQuery
@@ -90,12 +91,13 @@ async def _op_create(svc: JobService, user: str, data: bytes, headers: dict[str,
 
 async def _op_list(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:
     req: ListRequest = _decode(_list, data)
-    for name, t in (("startTime", req.start_time), ("endTime", req.end_time)):
-        if t is not None and t.tzinfo is None:
-            raise InvalidRequest(FieldError(name, "must include a UTC offset, e.g. Z or +02:00"))
+    start, end = (
+        None if t is None else schedules.checked_instant(t, name)
+        for name, t in (("startTime", req.start_time), ("endTime", req.end_time))
+    )
     if not 1 <= req.limit <= 500:
         raise InvalidRequest(FieldError("limit", "must be between 1 and 500"))
-    query = JobQuery(req.status, req.last_run_status, req.start_time, req.end_time)
+    query = JobQuery(req.status, req.last_run_status, start, end)
     return await svc.list_jobs(user, query, limit=req.limit, cursor=req.cursor)
 
 

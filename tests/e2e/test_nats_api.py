@@ -90,6 +90,27 @@ async def test_an_empty_create_is_malformed_as_over_http(stack: Stack) -> None:
         assert (await http.json(content_type=None))["code"] == problem["code"]
 
 
+@pytest.mark.parametrize(
+    "when", ["2026-06-01T00:00:00", "0001-01-01T00:00:00+01:00", "9999-12-31T23:00:00-02:00"]
+)
+async def test_list_time_bounds_are_checked_as_over_http(stack: Stack, when: str) -> None:
+    async with nats_client(stack) as api:
+        for field in ("startTime", "endTime"):
+            with pytest.raises(ApiError) as bad:
+                await api._call("list", {field: when})
+            assert bad.value.status == 422
+            assert bad.value.problem is not None and bad.value.problem.errors[0].field == field  # type: ignore[index]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            stack.url + "/jobs",
+            params={"startTime": when},
+            headers={"Authorization": f"Bearer {stack.token()}"},
+        ) as http,
+    ):
+        assert http.status == 422
+
+
 async def test_the_service_is_discoverable(stack: Stack) -> None:
     """ADR-32: $SRV.INFO answers with the endpoints and their subjects (what `nats micro` shows)."""
     nc = await nats.connect(stack.settings.nats_url)
