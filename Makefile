@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-nats-server:
-	@scripts/ensure-nats-server
+nats-server: $(STAMP)
+	@scripts/ensure-nats-server $(BIN)/python
 
 ## run: install, start everything on this machine (`jobsched dev`) and submit the example jobs
 run: $(STAMP) nats-server

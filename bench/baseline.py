@@ -7,11 +7,17 @@ with a ``Nats-Msg-Id`` header each (de-duplication on, as jobsched publishes). T
 * publish — ``publish_async`` pipelined (at most ``--pending`` un-acked), until every PubAck;
 * consume — a durable pull consumer, ``fetch(--batch)``, explicit ``ack`` of each message;
 * pipeline — publishing and consuming at the same time on two connections of one process
-  (the shape of one jobsched process: messages published, pulled, acked).
+  (the shape of one jobsched process: messages published, pulled, acked);
+* one at a time — ``--serial`` publishes, each awaiting its PubAck (the latency of one write,
+  where an fsync policy shows most).
+
+Each fsync policy named by ``--sync-interval`` (default ``always,2m``: jobsched's embedded policy
+and nats-server's own default) gets a server of its own and all four phases, so the cost of the
+fsync is printed side by side.
 
 Other benchmarks call :func:`measure_raw_nats` with ``--baseline`` to print "x % of raw NATS".
 
-    .venv/bin/python -m bench.baseline [--messages 50000] [--size 400]
+    .venv/bin/python -m bench.baseline [--messages 50000] [--size 400] [--sync-interval always,2m]
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 
 from bench.common import add_common_args, save_results, table
-from jobsched.natsserver import NatsServer, find_nats_server
+from jobsched.natsserver import SYNC_INTERVAL, NatsServer, find_nats_server
 
 
 async def _publish(js: Any, subject: str, n: int, payload: bytes, pending: int, tag: str) -> float:
@@ -69,12 +75,32 @@ async def _consume(js: Any, subject: str, durable: str, n: int, batch: int) -> f
     return time.perf_counter() - t0
 
 
+async def _serial(js: Any, subject: str, n: int, payload: bytes) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        await js.publish(subject, payload, headers={"Nats-Msg-Id": f"s-{i}"})
+    return time.perf_counter() - t0
+
+
 async def measure_raw_nats(
-    messages: int = 50_000, size: int = 400, pending: int = 4_000, batch: int = 256
-) -> dict[str, float]:
-    """Publish, consume+ack, and concurrent pipeline rates (messages/s) on a private server."""
+    messages: int = 50_000,
+    size: int = 400,
+    pending: int = 4_000,
+    batch: int = 256,
+    *,
+    sync_interval: str = SYNC_INTERVAL,
+    serial: int = 2_000,
+) -> dict[str, Any]:
+    """Publish, consume+ack, and concurrent pipeline rates (messages/s) on a private server
+    whose JetStream fsync policy is ``sync_interval``; with ``serial`` > 0 also the rate of
+    one-at-a-time publishes."""
     root = Path(tempfile.mkdtemp(prefix="jobsched-baseline-"))
-    server = NatsServer(find_nats_server(os.environ), root / "nats", log_file=root / "nats.log")
+    server = NatsServer(
+        find_nats_server(os.environ),
+        root / "nats",
+        log_file=root / "nats.log",
+        sync_interval=sync_interval,
+    )
     url = server.start()
     payload = os.urandom(size // 2).hex().encode()[:size]
     try:
@@ -99,6 +125,7 @@ async def measure_raw_nats(
         await _publish(pjs, "raw.b", messages, payload, pending, "b")
         await consumer
         pipe_s = time.perf_counter() - t0
+        serial_s = await _serial(pjs, "raw.c", serial, payload) if serial else 0.0
         await pub_nc.close()
         await sub_nc.close()
     finally:
@@ -107,9 +134,11 @@ async def measure_raw_nats(
     return {
         "messages": messages,
         "size": size,
+        "sync_interval": sync_interval,
         "publish_per_s": messages / pub_s,
         "consume_ack_per_s": messages / con_s,
         "pipeline_per_s": messages / pipe_s,
+        "serial_per_s": serial / serial_s if serial else None,
     }
 
 
@@ -121,25 +150,47 @@ def main() -> None:
     p.add_argument("--size", type=int, default=400)
     p.add_argument("--pending", type=int, default=4_000, help="max un-acked async publishes")
     p.add_argument("--batch", type=int, default=256, help="pull fetch batch")
+    p.add_argument("--serial", type=int, default=2_000, help="one-at-a-time publishes (0: none)")
+    p.add_argument(
+        "--sync-interval",
+        default=f"{SYNC_INTERVAL},2m",
+        help="comma-separated fsync policies to compare (nats-server's jetstream.sync_interval)",
+    )
     add_common_args(p)
     args = p.parse_args()
-    r = asyncio.run(measure_raw_nats(args.messages, args.size, args.pending, args.batch))
+    runs = [
+        asyncio.run(
+            measure_raw_nats(
+                args.messages,
+                args.size,
+                args.pending,
+                args.batch,
+                sync_interval=policy,
+                serial=args.serial,
+            )
+        )
+        for policy in args.sync_interval.split(",")
+    ]
     print(
         f"\nraw JetStream (nats-py), {args.messages:,} messages of {args.size} B, "
-        "WorkQueue stream, file storage, Nats-Msg-Id on every message"
+        "WorkQueue stream, file storage, Nats-Msg-Id on every message; messages/s by "
+        "sync_interval"
     )
+    rows = [
+        ("publish_async pipelined, all PubAcks", "publish_per_s"),
+        ("pull fetch + explicit ack", "consume_ack_per_s"),
+        ("publish and consume+ack at once (one process)", "pipeline_per_s"),
+        (f"publish one at a time, {args.serial:,} (each awaits its PubAck)", "serial_per_s"),
+    ]
     print(
         table(
-            ["phase", "messages/s"],
-            [
-                ["publish_async pipelined, all PubAcks", f"{r['publish_per_s']:,.0f}"],
-                ["pull fetch + explicit ack", f"{r['consume_ack_per_s']:,.0f}"],
-                ["publish and consume+ack at once (one process)", f"{r['pipeline_per_s']:,.0f}"],
-            ],
+            ["phase", *(r["sync_interval"] for r in runs)],
+            [[label, *(f"{r[key] or 0:,.0f}" for r in runs)] for label, key in rows],
         )
     )
     if not args.no_save:
-        print(f"results: {save_results('baseline', {'args': vars(args), **r}, args.json)}")
+        saved = save_results("baseline", {"args": vars(args), "runs": runs}, args.json)
+        print(f"results: {saved}")
 
 
 if __name__ == "__main__":

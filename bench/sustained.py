@@ -420,7 +420,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-async def raw_baseline() -> dict[str, float]:
+async def raw_baseline() -> dict[str, Any]:
     from bench.baseline import measure_raw_nats  # noqa: PLC0415
 
     raw = await measure_raw_nats()

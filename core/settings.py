@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 PREFIX = "JOBSCHED_"
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+SyncInterval = Annotated[str, msgspec.Meta(pattern=r"^(always|[1-9][0-9]*(ms|s|m|h))$")]
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,6 +72,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
         worker_id: name of this worker in execution records; empty = ``<hostname>-<pid>``.
         log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
+        nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
+            ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
+            nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
+            their config files (deploy/nats/common.conf).
     """
 
     nats_url: str = "nats://127.0.0.1:4222"
@@ -108,6 +113,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_id: str = ""
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
+    nats_sync_interval: SyncInterval = "1s"
 
     @property
     def resolved_store_url(self) -> str:

