@@ -265,8 +265,15 @@ class JobStore(Protocol):
         ...
 
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         """Unfinished (QUEUED, RUNNING, RETRYING) executions of ``partitions`` whose last
-        transition is older than ``updated_before``, oldest first: candidates for re-dispatch."""
+        transition is older than ``updated_before`` (and not older than ``updated_after``, when
+        given), oldest first: candidates for re-dispatch, or a taken-over partition's runs that
+        its previous owner recorded and may not have published."""
         ...

@@ -334,13 +334,14 @@ def due_query(partitions: Sequence[int], until: datetime) -> Document:
     }
 
 
-def stale_query(partitions: Sequence[int], updated_before: datetime) -> Document:
+def stale_query(
+    partitions: Sequence[int], updated_before: datetime, updated_after: datetime | None = None
+) -> Document:
     """The filter of ``stale_executions`` (it repeats the partial filter of ``executions_open``)."""
-    return {
-        **UNFINISHED,
-        "partition": {"$in": list(partitions)},
-        "updatedAt": {"$lt": updated_before},
-    }
+    updated: Document = {"$lt": updated_before}
+    if updated_after is not None:
+        updated["$gte"] = updated_after
+    return {**UNFINISHED, "partition": {"$in": list(partitions)}, "updatedAt": updated}
 
 
 def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
@@ -748,14 +749,19 @@ class MongoStore:
         return [from_document(d, Job) for d in docs]
 
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         parts = sorted(partitions)
         if not parts or limit < 1:
             return []
         with _translated("stale executions"):
             docs = (
-                await self._executions.find(stale_query(parts, updated_before))
+                await self._executions.find(stale_query(parts, updated_before, updated_after))
                 .sort([("updatedAt", ASCENDING)])
                 .limit(limit)
                 .to_list()

@@ -802,17 +802,23 @@ class SqliteStore:
         return changed
 
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         parts = sorted(partitions)
         if not parts:
             return []
+        after = -(2**63) if updated_after is None else to_epoch_ms(updated_after)
         rows = await self._fetch(
             f"SELECT {EXECUTION_COLUMNS} FROM executions "
             "WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING') "
             f"AND partition IN ({', '.join('?' * len(parts))}) AND updated_at < ? "
-            "ORDER BY updated_at LIMIT ?",
-            [*parts, to_epoch_ms(updated_before), limit],
+            "AND updated_at >= ? ORDER BY updated_at LIMIT ?",
+            [*parts, to_epoch_ms(updated_before), after, limit],
         )
         return [_execution_from_row(r) for r in rows]
 
