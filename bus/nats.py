@@ -458,6 +458,13 @@ class Bus:
     def is_connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
 
+    @property
+    def cluster_name(self) -> str | None:
+        """The NATS cluster the connected server belongs to (its INFO ``cluster``), or None
+        for a lone server."""
+        info = self._nc._server_info if self._nc is not None else {}
+        return info.get("cluster") or None
+
     async def ping(self) -> None:
         """Round trip to the server and its JetStream API (one JetStream request, 2 s timeout).
 

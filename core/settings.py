@@ -60,7 +60,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         status_retention_seconds: how long the status stream keeps events (replay for live clients).
         stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
         lease_ttl_seconds: TTL of partition leases (seconds); renewed every third of it. A dead
-            scheduler's partitions are taken over within about this long.
+            scheduler's partitions are taken over within about this long. At least 15 against
+            a clustered NATS (see :data:`actors.ownership.CLUSTER_MIN_TTL_S`).
         scheduler_id: this scheduler's lease owner id; empty = ``<hostname>-<pid>``. Must be
             unique among live schedulers.
         store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
@@ -102,7 +103,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     duplicate_window_seconds: Positive = 120.0
     status_retention_seconds: Positive = 86400.0
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
-    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3.0
     scheduler_id: str = ""
     store_timeout_seconds: Positive = 5.0
     ws_buffer_events: PositiveInt = 1000

@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 from aiohttp import web
 
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
-from actors.ownership import LeaseOwnership
+from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
@@ -263,7 +263,18 @@ def make_scheduler(
     markers: CancelMarkers,
     metrics: Metrics,
 ) -> Scheduler:
-    """A scheduler that shares the partitions with its peers through leases."""
+    """A scheduler that shares the partitions with its peers through leases.
+
+    Raises:
+        ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
+    """
+    cluster = bus.cluster_name
+    if cluster and settings.lease_ttl_seconds < CLUSTER_MIN_TTL_S:
+        raise ConfigError(
+            f"JOBSCHED_LEASE_TTL_SECONDS={settings.lease_ttl_seconds:g} is too short for the "
+            f"NATS cluster {cluster!r}: a JetStream leader election would let every lease "
+            f'expire; set it to at least {CLUSTER_MIN_TTL_S:g} (README "High availability")'
+        )
     member = settings.resolved_scheduler_id
     ownership = LeaseOwnership(
         LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),

@@ -69,7 +69,7 @@ class Cluster:
 
     async def lease_owners(self) -> dict[int, str]:
         """Partition → owner, as the lease bucket shows now."""
-        nc = await nats.connect(self.settings.nats_url)
+        nc = await nats.connect(self.settings.nats_url.split(","))
         try:
             try:
                 kv = await nc.jetstream().key_value(f"{self.settings.subject_prefix}_leases")
