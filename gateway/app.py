@@ -204,9 +204,16 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def http_exception_problem(e: web.HTTPException, request: web.Request) -> web.Response:
-    """aiohttp's own 4xx (unknown route, method not allowed …) as a problem."""
+    """aiohttp's own 4xx (unknown route, method not allowed …) as a problem; a 405 lists the
+    path's methods in ``Allow`` (RFC 9110 §15.5.6)."""
     code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-    return problem_response(e.status, code, TITLES.get(e.status, e.reason), e.reason, request)
+    if not isinstance(e, web.HTTPMethodNotAllowed):
+        return problem_response(e.status, code, TITLES.get(e.status, e.reason), e.reason, request)
+    allowed = ", ".join(sorted(e.allowed_methods))
+    detail = f"{request.method} is not allowed on {request.path}; allowed: {allowed}"
+    resp = problem_response(405, code, TITLES[405], detail, request)
+    resp.headers["Allow"] = allowed
+    return resp
 
 
 def internal_error(request: web.Request) -> web.Response:
