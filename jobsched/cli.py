@@ -113,7 +113,7 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
     """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker.
 
     One per data directory: a second one on the same directory exits at once (status 1) naming
-    the running one, and touches none of its files (:mod:`jobsched.datadir`).
+    the running one, and touches none of its files.
     """
     settings = _settings(data_dir=str(data_dir) if data_dir else None, http_port=port)
     if not settings.scheduler_id:
