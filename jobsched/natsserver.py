@@ -13,6 +13,7 @@ installed beside this Python (``pip install 'jobsched[embedded]'``, part of ``ma
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -106,15 +107,21 @@ store: lost runs are re-dispatched, lost status is recovered by re-running (READ
 """
 
 
-def _stop_orphan(pid_file: Path, timeout_s: float = 10.0) -> None:
+def _stop_orphan(pid_file: Path, config: Path, timeout_s: float = 10.0) -> None:
     """Stop a nats-server left running on this storage by a process that was killed (SIGKILL
-    of ``jobsched dev`` leaves its child alive, holding the JetStream store)."""
+    of ``jobsched dev`` leaves its child alive, holding the JetStream store).
+
+    Only a process whose command line is nats-server with ``-c config`` (this storage's config
+    file) is stopped: a pid file can outlive its server and its pid be reused, by another
+    nats-server too. The caller must own the storage (``jobsched dev`` holds the data
+    directory's lock, :mod:`jobsched.datadir`): a server found then has no live owner.
+    """
     try:
         pid = int(pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return
-    if b"nats-server" not in cmdline:
+    if not _runs_config(argv, config):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -122,6 +129,15 @@ def _stop_orphan(pid_file: Path, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
     if Path(f"/proc/{pid}").exists():
         os.kill(pid, signal.SIGKILL)
+
+
+def _runs_config(argv: list[bytes], config: Path) -> bool:
+    """Whether ``argv`` (a /proc cmdline) is a nats-server started by :class:`NatsServer` with
+    ``config``."""
+    if not argv or b"nats-server" not in argv[0]:
+        return False
+    wanted = os.fsencode(config)
+    return any(a == b"-c" and b == wanted for a, b in itertools.pairwise(argv))
 
 
 class NatsServer:
@@ -154,7 +170,7 @@ class NatsServer:
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
-        self.store_dir = Path(store_dir)
+        self.store_dir = Path(store_dir).resolve()
         self.port = port
         self.log_file = log_file
         self.sync_interval = sync_interval
@@ -178,10 +194,10 @@ class NatsServer:
         ports_dir = self.store_dir / "ports"
         ports_dir.mkdir(parents=True, exist_ok=True)
         pid_file = self.store_dir / "nats-server.pid"
-        _stop_orphan(pid_file)
+        config = self.store_dir / "nats-server.conf"
+        _stop_orphan(pid_file, config)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        config = self.store_dir / "nats-server.conf"
         config.write_text(
             "jetstream {\n"
             f"  store_dir: {json.dumps(str(self.store_dir))}\n"

@@ -35,6 +35,7 @@ from core.settings import Settings
 from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
 from gateway.natsapi import NatsApi
+from gateway.server import GatewayRunner
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ class Gateway:
         self.url = ""
 
     async def run(self) -> None:
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5.0)
+        runner = GatewayRunner(self.app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.port)
