@@ -8,8 +8,9 @@ task catalog), ``queue`` (the queues a worker consumes), ``status`` and ``reason
 Job and execution ids never become labels.
 
 The gateway serves the registry at ``GET /metrics`` (:func:`metrics_handler`); scheduler and
-worker processes serve it on ``JOBSCHED_METRICS_PORT`` (:class:`MetricsServer`). The list of
-metrics, with their meaning, is in ``docs/metrics.md``.
+worker processes serve it on ``JOBSCHED_METRICS_PORT`` (:class:`MetricsServer`), together with
+``/healthz`` and ``/readyz`` (:mod:`actors.health`). The list of metrics, with their meaning, is
+in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from actors.health import Check, healthz, readyz_handler
 from bus.nats import Bus, raise_if_cancelling
 from core.errors import BusUnavailable
 
@@ -233,17 +235,28 @@ def metrics_handler(registry: CollectorRegistry) -> Handler:
 
 
 class MetricsServer:
-    """``GET /metrics`` on its own port, for processes without the gateway (an actor).
+    """``GET /metrics``, ``GET /healthz`` and ``GET /readyz`` on their own port, for processes
+    without the gateway (an actor). The health endpoints are those of :mod:`actors.health`, so
+    a scheduler or worker carries the same Kubernetes probes as the gateway.
 
     Args:
         registry: what to expose.
         host / port: listen address; port 0 picks a free port (see :attr:`url`).
+        checks: the readiness checks of ``/readyz`` by name (none: ready while serving).
     """
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        checks: Mapping[str, Check] | None = None,
+    ) -> None:
         self.registry = registry
         self.host = host
         self.port = port
+        self.checks: Mapping[str, Check] = checks or {}
         self.name = "metrics-server"
         self.ready = asyncio.Event()
         self.url = ""
@@ -261,6 +274,8 @@ class MetricsServer:
         """
         app = web.Application()
         app.router.add_get("/metrics", metrics_handler(self.registry))
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz_handler(self.checks))
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:

@@ -64,6 +64,8 @@ DRAIN_TIMEOUT_S = 5
 """How long ``Bus.close`` lets subscriptions drain before it closes anyway (seconds)."""
 RUN_LOOKUP_CONCURRENCY = 64
 """Message lookups in flight at once in ``Bus.runs_in_stream``."""
+RECORDER_CONSUMER = "recorder"
+"""Durable pull consumer of the status stream that the recorders share."""
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
@@ -96,6 +98,8 @@ class BusConfig:
 
     @property
     def work_stream(self) -> str:
+        """Name of the work stream (``JOBSCHED_WORK``); KEDA's ``nats-jetstream`` trigger names
+        it too (``deploy/kubernetes/keda/``, checked by ``tests/test_kubernetes.py``)."""
         return f"{self.prefix.upper()}_WORK"
 
     @property
@@ -116,6 +120,8 @@ class BusConfig:
 
     @staticmethod
     def work_consumer(queue: str) -> str:
+        """Durable name of the pull consumer that every worker of ``queue`` shares; KEDA's
+        trigger of the queue names it (see :attr:`work_stream`)."""
         return f"workers-{queue}"
 
 
@@ -524,7 +530,7 @@ class Bus:
         with translated(f"create consumer {cfg.durable_name}"):
             await self.js.add_consumer(c.work_stream, cfg)
 
-    async def ensure_recorder_consumer(self, name: str = "recorder") -> None:
+    async def ensure_recorder_consumer(self, name: str = RECORDER_CONSUMER) -> None:
         c = self.config
         cfg = ConsumerConfig(
             durable_name=name,
@@ -548,7 +554,7 @@ class Bus:
         await consumer.start()
         return consumer
 
-    async def recorder_consumer(self, name: str = "recorder") -> PullConsumer:
+    async def recorder_consumer(self, name: str = RECORDER_CONSUMER) -> PullConsumer:
         await self.ensure_recorder_consumer(name)
         return await self._pull_consumer(self.config.status_stream, name)
 
@@ -604,7 +610,7 @@ class Bus:
     async def recorder_ack_floor(self) -> int:
         """Stream sequence up to which the recorder has recorded every status event."""
         with translated("recorder consumer info"):
-            info = await self.js.consumer_info(self.config.status_stream, "recorder")
+            info = await self.js.consumer_info(self.config.status_stream, RECORDER_CONSUMER)
         return int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
 
     async def ensure_streams_quietly(self) -> None:

@@ -38,9 +38,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         subject_prefix: ``JOBSCHED_SUBJECT_PREFIX``; first token of every NATS subject and the
             prefix of stream and bucket names, so deployments (and tests) can share a server.
         http_host / http_port: ``JOBSCHED_HTTP_HOST`` / ``_PORT``; the gateway's listen address.
-        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the Prometheus ``GET /metrics`` server
-            of a scheduler or worker process, on ``http_host``; 0 = none. A process that runs
-            the gateway serves ``/metrics`` on the gateway's port instead (``jobsched dev``).
+        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the server of a scheduler or worker
+            process for Prometheus (``GET /metrics``) and probes (``GET /healthz``, ``/readyz``),
+            on ``http_host``; 0 = none. A process that runs the gateway serves them on the
+            gateway's port instead (``jobsched dev``).
         queue_depth_interval_seconds: how often scheduler and worker processes refresh the
             ``jobsched_queue_depth`` gauge of their queues from JetStream (seconds).
         queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.

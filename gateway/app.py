@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from actors.health import Check, health_response, healthz, readiness
 from actors.metrics import metrics_handler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
@@ -31,7 +32,13 @@ from core.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from core.model import ExecutionStatus, Health, Job, JobCreate, JobPatch, JobStatus
+from core.model import (
+    ExecutionStatus,
+    Job,
+    JobCreate,
+    JobPatch,
+    JobStatus,
+)
 from core.ports import JobQuery, JobStore
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import user_from_authorization
@@ -424,30 +431,13 @@ def _task_ids(request: web.Request) -> list[str]:
     return [t.name for t in request.app[DEPS].catalog]
 
 
-async def healthz(request: web.Request) -> web.Response:
-    """``GET /healthz``: the process is alive."""
-    return json_response(Health(status="ok"))
-
-
 async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: NATS and the store answer (503 with the failing check otherwise)."""
     deps = request.app[DEPS]
-    checks: dict[str, str] = {}
-    try:
-        await deps.store.ping()
-        checks["store"] = "ok"
-    except Unavailable as e:
-        checks["store"] = e.message
+    checks: dict[str, Check] = {"store": deps.store.ping}
     if deps.bus is not None:
-        try:
-            await deps.bus.ping()
-            checks["nats"] = "ok"
-        except Unavailable as e:
-            checks["nats"] = e.message
-    ok = all(v == "ok" for v in checks.values())
-    return json_response(
-        Health(status="ok" if ok else "unavailable", checks=checks), status=200 if ok else 503
-    )
+        checks["nats"] = deps.bus.ping
+    return health_response(await readiness(checks))
 
 
 # --- query parameters ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
@@ -196,16 +197,34 @@ class Gateway:
         self._stop.set()
 
 
-def metrics_actors(settings: Settings, roles: Roles, bus: Bus, metrics: Metrics) -> list[Actor]:
+def metrics_actors(
+    settings: Settings,
+    roles: Roles,
+    bus: Bus,
+    metrics: Metrics,
+    *,
+    store: JobStore | None = None,
+    peers: Sequence[Actor] = (),
+) -> list[Actor]:
     """The queue-depth monitor of a scheduler or worker process (scheduler processes report
     their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), and the metrics
-    server of a process without the gateway when ``metrics_port`` is set."""
+    server of a process without the gateway when ``metrics_port`` is set.
+
+    The metrics server's ``/readyz`` passes once every actor of ``peers`` (the process's actor
+    list, read at each request) is ready and NATS and, when the process has one, the store
+    answer."""
     actors: list[Actor] = []
     if roles.scheduler or roles.worker:
         interval_s = settings.queue_depth_interval_seconds
         actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
     if settings.metrics_port and not roles.gateway:
-        actors.append(MetricsServer(metrics.registry, settings.http_host, settings.metrics_port))
+        checks: dict[str, Check] = {"startup": started(peers), "nats": bus.ping}
+        if store is not None:
+            checks["store"] = store.ping
+        server = MetricsServer(
+            metrics.registry, settings.http_host, settings.metrics_port, checks=checks
+        )
+        actors.append(server)
     return actors
 
 
@@ -370,7 +389,7 @@ async def serve(
             assert catalog is not None
             config = worker_config(settings)
             actors.append(Worker(bus, catalog, clock, config, markers, metrics=metrics))
-        actors += metrics_actors(settings, roles, bus, metrics)
+        actors += metrics_actors(settings, roles, bus, metrics, store=store, peers=actors)
         metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 
         async def announce() -> None:
