@@ -68,6 +68,7 @@ def plan_job(
     previous: Execution | None,
     buffered: bool,
     scheduler_id: str,
+    held_by: str | None = None,
 ) -> JobPlan:
     """Decide what to do with ``job`` at ``now`` (see module docstring).
 
@@ -75,6 +76,8 @@ def plan_job(
         previous: the job's latest dispatched run (None if unknown or none).
         buffered: the job was waiting (``bufferOne``) and its previous run has ended since.
         scheduler_id: recorded on the executions.
+        held_by: why the job is late, when the scheduler held it back (a quota): named in the
+            reason of its misfire record, if it has one.
     """
     occurrence = job.next_run_at
     assert occurrence is not None
@@ -102,7 +105,8 @@ def plan_job(
         assert previous is not None
         skip_reason = f"overlap: previous run {previous.id} is still {previous.status}"
     latest_only = policy != OverlapPolicy.ALLOW and len(plan.runs) > 1
-    chain = _chain(job, occurrence, plan, now, scheduler_id, skip_reason, latest_only)
+    misfire = "misfire" if held_by is None else f"misfire: {held_by}"
+    chain = _chain(job, occurrence, plan, now, scheduler_id, skip_reason, latest_only, misfire)
     cancel = previous.id if active and policy == OverlapPolicy.REPLACE and previous else None
     return JobPlan(dispatches=chain, cancel=cancel, misfire=plan.misfire)
 
@@ -115,6 +119,7 @@ def _chain(
     scheduler_id: str,
     skip_reason: str | None,
     latest_only: bool,
+    misfire_reason: str = "misfire",
 ) -> list[Dispatch]:
     """The chain of ``plan``. With ``latest_only`` (an overlap policy other than ``allow`` and
     several occurrences due at once, e.g. within the misfire grace after a delay) only the
@@ -132,7 +137,10 @@ def _chain(
         assert m.first_missed is not None
         missed = Missed(count=m.missed, first=m.first_missed, last=m.last_missed, policy=m.policy)
         steps.append(
-            (m.first_missed, _skipped(job, m.first_missed, now, scheduler_id, "misfire", missed))
+            (
+                m.first_missed,
+                _skipped(job, m.first_missed, now, scheduler_id, misfire_reason, missed),
+            )
         )
     runs = list(plan.runs)
     if skip_reason is not None:

@@ -82,6 +82,14 @@ class Unauthorized(JobschedError):
     status = 401
 
 
+class Forbidden(JobschedError, PermissionError):
+    """The token is valid but does not allow this action (HTTP 403): a read-only token that
+    tries a change, a user who asks for another user's jobs or audit records."""
+
+    code = "forbidden"
+    status = 403
+
+
 class NotFound(JobschedError, LookupError):
     """The resource does not exist or belongs to another user (HTTP 404)."""
 
@@ -98,6 +106,29 @@ class Conflict(JobschedError):
 
     code = "conflict"
     status = 409
+
+
+class QuotaExceeded(JobschedError):
+    """A per-user quota does not allow the request now (HTTP 429, RFC 6585 §4).
+
+    Attributes:
+        limit: the quota's name, as the problem's ``limit.name`` (``activeJobs``,
+            ``createsPerSecond``, ``runsPerMinute``).
+        value: the quota's value (jobs, creations per second, runs per minute).
+        retry_after_s: when a retry can succeed (seconds; HTTP ``Retry-After``), or None when
+            waiting alone does not help (``activeJobs``: finish, cancel or delete jobs first).
+    """
+
+    code = "quota_exceeded"
+    status = 429
+
+    def __init__(
+        self, message: str, *, limit: str, value: float, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.retry_after_s = retry_after_s
 
 
 class PayloadTooLarge(JobschedError):

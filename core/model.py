@@ -424,7 +424,8 @@ JobEventType = Literal["created", "changed", "paused", "resumed", "cancelled", "
 class JobEvent(Model, kw_only=True, frozen=True, tag="job", tag_field="kind"):
     """A change of a job itself (``kind: "job"``), published by the gateway after the store
     accepted it, on the same subject and stream as the job's run events (for live clients; the
-    store already holds the change)."""
+    store already holds the change). ``actor`` is the user who made it (an admin acting on
+    another user's job differs from ``owner``)."""
 
     job_id: str
     owner: str
@@ -433,6 +434,7 @@ class JobEvent(Model, kw_only=True, frozen=True, tag="job", tag_field="kind"):
     status: JobStatus
     at: datetime
     next_run_at: datetime | None = None
+    actor: str | None = None
 
 
 Event = StatusEvent | JobEvent
@@ -461,9 +463,18 @@ class ProblemField(Model, kw_only=True, frozen=True):
     reason: str
 
 
+class ProblemLimit(Model, kw_only=True, frozen=True):
+    """The quota a 429 ``quota_exceeded`` problem is about: its name (``activeJobs``,
+    ``createsPerSecond``, ``runsPerMinute``) and value (jobs, per second, per minute)."""
+
+    name: str
+    value: float
+
+
 class Problem(Model, kw_only=True, frozen=True):
     """RFC 9457 problem details (``application/problem+json``), with jobsched extensions
-    ``code`` (stable error code), ``requestId`` and ``errors`` (one entry per invalid field)."""
+    ``code`` (stable error code), ``requestId``, ``errors`` (one entry per invalid field) and
+    ``limit`` (the quota of a ``quota_exceeded`` problem)."""
 
     type: str
     title: str
@@ -473,6 +484,7 @@ class Problem(Model, kw_only=True, frozen=True):
     code: str
     request_id: str | None = None
     errors: list[ProblemField] | None = None
+    limit: ProblemLimit | None = None
 
 
 class Health(Model, kw_only=True, frozen=True):

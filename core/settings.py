@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from core.errors import ConfigError
+from core.quotas import Quotas
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
             their config files (deploy/nats/common.conf).
+        quota_active_jobs: most active (SCHEDULED, RUNNING, PAUSED) jobs per user; 0 = no limit.
+        quota_min_interval_seconds: smallest interval between two runs of a job (an interval's
+            ``everySeconds``, a cron expression's smallest gap); 0 = the schema's 1 ms.
+        quota_creates_per_second / quota_creates_burst: job creations per user and second,
+            sustained and at once (token bucket); a rate of 0 = no limit.
+        quota_runs_per_minute: runs started per user and minute (scheduled, catch-up and manual
+            runs; retries are not new runs); 0 = no limit. A run over it is held back, not
+            dropped (README "Security model").
     """
 
     nats_url: str = "nats://127.0.0.1:4222"
@@ -116,6 +125,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
     nats_sync_interval: SyncInterval = "1s"
+    quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0
+    quota_creates_per_second: Annotated[float, msgspec.Meta(ge=0)] = 50.0
+    quota_creates_burst: PositiveInt = 100
+    quota_runs_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 6_000
+
+    @property
+    def quotas(self) -> Quotas:
+        """The per-user limits of this deployment."""
+        return Quotas(
+            active_jobs=self.quota_active_jobs,
+            min_interval_s=self.quota_min_interval_seconds,
+            creates_per_second=self.quota_creates_per_second,
+            creates_burst=self.quota_creates_burst,
+            runs_per_minute=self.quota_runs_per_minute,
+        )
 
     @property
     def resolved_store_url(self) -> str:

@@ -1,0 +1,186 @@
+"""The audit trail: one record per change of a job, who made it, when, and what changed.
+
+Every change through the API (create, patch, pause, resume, cancel, delete, trigger) is
+recorded with the acting user (``actor``, a token's ``sub``) next to the job's ``owner``, so an
+admin's action on another user's job names the admin. Records are written by the store with
+the change itself (one transaction on SQLite; see ``docs/data-model.md`` for MongoDB), from the
+job as it was before and after the change — so the record says exactly what that change did,
+even when other changes raced with it.
+
+Secrets never enter a record: the token is not stored, and parameter *values* are not copied —
+a change of ``parameters`` is recorded per top-level key, with ``redacted`` set and no values,
+since task parameters are free-form and often carry credentials. Every other field of the job
+(schedule, queue, options, status, next run) is recorded with its old and new value.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from core.access import Principal, Role
+from core.model import Job, Model
+
+SPEC_FIELDS = (
+    "task_id",
+    "schedule",
+    "queue",
+    "max_attempts",
+    "timeout_seconds",
+    "misfire_policy",
+    "misfire_grace_seconds",
+    "max_catch_up",
+    "overlap_policy",
+    "status",
+    "next_run_at",
+)
+"""The job fields whose old and new values a record keeps (``parameters`` is redacted)."""
+
+_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Job)}
+
+
+class AuditAction(enum.StrEnum):
+    """What a recorded change did."""
+
+    CREATED = "created"
+    CHANGED = "changed"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    CANCELLED = "cancelled"
+    DELETED = "deleted"
+    TRIGGERED = "triggered"
+
+
+class AuditChange(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One changed field: its name as in the job (``schedule``, ``parameters.region``), its
+    value before and after (JSON; None when absent), or ``redacted`` without the values."""
+
+    field: str
+    old: Any = None
+    new: Any = None
+    redacted: bool = False
+
+
+class AuditRecord(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One change of one job. Stored in ``audit``; returned by ``GET /jobs/{id}/audit`` and
+    ``GET /audit``, newest first.
+
+    Attributes:
+        id: unique id of the record.
+        job_id / owner: the job and the user who owns it.
+        actor: the user whose token made the change; ``actor_role`` that token's role (an
+            ``admin`` acting on another user's job has ``actor != owner``).
+        action: what the change did.
+        at: when (aware UTC, milliseconds).
+        changes: the fields it changed (empty for ``deleted`` and ``triggered``).
+        execution_id: the run a ``triggered`` change created.
+    """
+
+    id: str
+    job_id: str
+    owner: str
+    actor: str
+    actor_role: Role = Role.USER
+    action: AuditAction
+    at: datetime
+    changes: list[AuditChange] = msgspec.field(default_factory=list)
+    execution_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """The part of a record the caller knows before the store applies the change; the store
+    adds the changes (:func:`audit_record`) from the job before and after."""
+
+    id: str
+    job_id: str
+    owner: str
+    actor: str
+    actor_role: Role
+    action: AuditAction
+    at: datetime
+    execution_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """Filters of ``list_audit``; None means any.
+
+    Attributes:
+        owner: records of this owner's jobs.
+        actor: records of changes made by this user.
+        job_id: records of this job.
+    """
+
+    owner: str | None = None
+    actor: str | None = None
+    job_id: str | None = None
+
+
+def audit_entry(
+    who: Principal,
+    action: AuditAction,
+    job_id: str,
+    owner: str,
+    at: datetime,
+    *,
+    execution_id: str | None = None,
+) -> AuditEntry:
+    """The entry of ``who``'s ``action`` on ``owner``'s job at ``at``, with a fresh id."""
+    return AuditEntry(
+        id=uuid.uuid4().hex,
+        job_id=job_id,
+        owner=owner,
+        actor=who.user,
+        actor_role=who.role,
+        action=action,
+        at=at,
+        execution_id=execution_id,
+    )
+
+
+def audit_record(entry: AuditEntry, before: Job | None, after: Job | None) -> AuditRecord:
+    """The record of ``entry``'s change, which turned ``before`` into ``after`` (None: the job
+    did not exist before, or no longer exists after)."""
+    return AuditRecord(
+        id=entry.id,
+        job_id=entry.job_id,
+        owner=entry.owner,
+        actor=entry.actor,
+        actor_role=entry.actor_role,
+        action=entry.action,
+        at=entry.at,
+        changes=job_changes(before, after),
+        execution_id=entry.execution_id,
+    )
+
+
+def job_changes(before: Job | None, after: Job | None) -> list[AuditChange]:
+    """What turned ``before`` into ``after``: a creation lists every recorded field (old None),
+    a change the fields that differ; a deletion (``after`` None) lists nothing."""
+    if after is None:
+        return []
+    changes: list[AuditChange] = []
+    for name in SPEC_FIELDS:
+        new = _value(getattr(after, name))
+        old = None if before is None else _value(getattr(before, name))
+        if before is None or old != new:
+            changes.append(AuditChange(field=_NAMES[name], old=old, new=new))
+    old_params = {} if before is None else before.parameters
+    for key in sorted(set(old_params) | set(after.parameters)):
+        if (
+            key not in old_params
+            or key not in after.parameters
+            or (_value(old_params[key]) != _value(after.parameters[key]))
+        ):
+            changes.append(AuditChange(field=f"parameters.{key}", redacted=True))
+    return changes
+
+
+def _value(v: object) -> Any:
+    return msgspec.to_builtins(v)
