@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.errors import Conflict
 from core.model import (
     Execution,
@@ -23,6 +24,7 @@ from core.model import (
     Schedule,
     StatusEvent,
 )
+from core.quotas import TokenRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +166,14 @@ class JobStore(Protocol):
         """Return if the store answers; raise StoreUnavailable otherwise."""
         ...
 
-    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
+    async def create_job(
+        self, job: Job, *, request_hash: str | None = None, audit: AuditEntry | None = None
+    ) -> Job:
         """Insert a new job durably (SQLite: committed in WAL; MongoDB: majority, journaled).
 
         ``job.idempotency_key`` (optional) is unique per owner; ``request_hash`` identifies the
-        request that created it.
+        request that created it. ``audit`` (optional) is recorded with the job
+        (:func:`core.audit.audit_record`); nothing is recorded when nothing is created.
 
         Raises:
             IdempotencyKeyReused: the owner already has a job with this key.
@@ -176,8 +181,19 @@ class JobStore(Protocol):
         """
         ...
 
-    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+    async def update_job(
+        self,
+        owner: str,
+        job_id: str,
+        change: JobChange,
+        *,
+        now: datetime,
+        audit: AuditEntry | None = None,
+    ) -> Job:
         """Apply ``change`` atomically if the job's status allows it; the job after the change.
+
+        ``audit`` (optional) is recorded with the change, its changes computed from the job
+        exactly as it was before this change and after it.
 
         Raises:
             JobNotFound: no such job for ``owner``.
@@ -185,16 +201,20 @@ class JobStore(Protocol):
         """
         ...
 
-    async def delete_job(self, owner: str, job_id: str) -> None:
-        """Delete the job and its executions.
+    async def delete_job(self, owner: str, job_id: str, *, audit: AuditEntry | None = None) -> None:
+        """Delete the job and its executions; record ``audit`` (optional) with the deletion.
+        Audit records outlive their job.
 
         Raises:
             JobNotFound: no such job for ``owner``.
         """
         ...
 
-    async def insert_execution(self, execution: Execution) -> bool:
-        """Insert an execution unless one with its id exists; whether it was inserted."""
+    async def insert_execution(
+        self, execution: Execution, *, audit: AuditEntry | None = None
+    ) -> bool:
+        """Insert an execution unless one with its id exists; whether it was inserted.
+        ``audit`` (optional) is recorded with it, only if it was inserted."""
         ...
 
     async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
@@ -210,9 +230,10 @@ class JobStore(Protocol):
         ...
 
     async def list_jobs(
-        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+        self, owner: str | None, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
-        """``owner``'s jobs, newest first (creation time, then id), ``limit`` per page.
+        """``owner``'s jobs (None: every user's), newest first (creation time, then id),
+        ``limit`` per page.
 
         The cursor is opaque and stays correct while jobs are inserted: newer jobs never shift
         the pages after it.
@@ -276,4 +297,27 @@ class JobStore(Protocol):
         transition is older than ``updated_before`` (and not older than ``updated_after``, when
         given), oldest first: candidates for re-dispatch, or a taken-over partition's runs that
         its previous owner recorded and may not have published."""
+        ...
+
+    # --- tenancy: quotas and the audit trail ------------------------------------------------
+
+    async def count_jobs(self, owner: str, statuses: Collection[JobStatus]) -> int:
+        """How many of ``owner``'s jobs are in one of ``statuses`` (an index count)."""
+        ...
+
+    async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
+        """Take tokens from per-user buckets (:func:`core.quotas.take_all`), atomically per
+        bucket across every process sharing the store; per request, 0.0 when granted, else
+        the seconds until it could be. Requests are applied in order; a denied one takes
+        nothing."""
+        ...
+
+    async def list_audit(
+        self, query: AuditQuery, *, limit: int, cursor: str | None
+    ) -> Page[AuditRecord]:
+        """Audit records matching ``query``, newest first (``at``, then id), ``limit`` per page.
+
+        Raises:
+            InvalidRequest: on field ``cursor``.
+        """
         ...

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
 from pymongo.write_concern import WriteConcern
 
+from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
@@ -75,7 +77,8 @@ from core.ports import (
     JobSpec,
     JobStatusConflict,
 )
-from core.timeutil import from_epoch_ms, to_epoch_ms
+from core.quotas import Bucket, TokenRequest, take_all
+from core.timeutil import from_epoch_ms, to_epoch_ms, to_utc_ms
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
 
@@ -87,6 +90,9 @@ M = TypeVar("M", bound=Model)
 DEFAULT_DATABASE = "jobsched"
 JOBS = "jobs"
 EXECUTIONS = "executions"
+AUDIT = "audit"
+QUOTA_BUCKETS = "quota_buckets"
+COLLECTIONS = (JOBS, EXECUTIONS, AUDIT, QUOTA_BUCKETS)
 ID = "_id"
 
 DURABLE = WriteConcern(w="majority", j=True)
@@ -202,6 +208,42 @@ INDEXES: tuple[IndexSpec, ...] = (
         unique=True,
     ),
     IndexSpec(
+        JOBS,
+        "jobs_created",
+        (("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs of every user (admins): newest first, keyset cursor (createdAt, _id)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_status_created",
+        (("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?status=… of every user (admins)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_job_at",
+        (("jobId", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one job: newest first, keyset cursor (at, _id)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_owner_at",
+        (("owner", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one owner's jobs",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_actor_at",
+        (("actor", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one actor's changes (what an admin did)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_at",
+        (("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of everything (admins)",
+    ),
+    IndexSpec(
         EXECUTIONS,
         "executions_job_scheduled",
         (("jobId", ASCENDING), ("scheduledFor", DESCENDING), (ID, DESCENDING)),
@@ -289,9 +331,10 @@ def database_name(url: str) -> str:
 # --- queries (pure: tests check that every one is served by an index) ---------------------------
 
 
-def jobs_query(owner: str, query: JobQuery, cursor: str | None) -> Document:
-    """The filter of ``list_jobs``; sort with :data:`NEWEST_JOBS_FIRST`."""
-    where: Document = {"owner": owner}
+def jobs_query(owner: str | None, query: JobQuery, cursor: str | None) -> Document:
+    """The filter of ``list_jobs`` (``owner`` None: every user's); sort with
+    :data:`NEWEST_JOBS_FIRST`."""
+    where: Document = {} if owner is None else {"owner": owner}
     if query.status is not None:
         where["status"] = query.status.value
     if query.last_run_status is not None:
@@ -388,6 +431,21 @@ def change_update(change: JobChange, now: datetime) -> Document:
     if change.spec is not None:
         fields.update(spec_fields(change.spec))
     return set_or_unset(fields)
+
+
+def applied(job: Job, change: JobChange, now: datetime) -> Job:
+    """``job`` after :func:`change_update` ``(change, now)``: the same fields, set the same way."""
+    fields: dict[str, Any] = {"updated_at": to_utc_ms(now)}
+    if change.status is not None:
+        fields["status"] = change.status
+    if change.next_run_at is not UNCHANGED:
+        assert change.next_run_at is None or isinstance(change.next_run_at, datetime)
+        fields["next_run_at"] = (
+            None if change.next_run_at is None else to_utc_ms(change.next_run_at)
+        )
+    if change.spec is not None:
+        fields.update({f.name: getattr(change.spec, f.name) for f in dataclasses.fields(JobSpec)})
+    return msgspec.structs.replace(job, **fields)
 
 
 def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
@@ -500,6 +558,52 @@ def summary_ops(
     ]
 
 
+# --- tenancy: audit records and quota buckets (pure) ---------------------------------------------
+
+NEWEST_AUDIT_FIRST = [("at", DESCENDING), (ID, DESCENDING)]
+
+
+def audit_query(query: AuditQuery, cursor: str | None) -> Document:
+    """The filter of ``list_audit``; sort with :data:`NEWEST_AUDIT_FIRST`. Served by the index of
+    its most selective field (``jobId``, then ``owner``, then ``actor``; ``audit_at`` without
+    one), the other fields filtered on the fetched records."""
+    where: Document = {
+        name: value
+        for name, value in (("jobId", query.job_id), ("owner", query.owner), ("actor", query.actor))
+        if value is not None
+    }
+    if cursor is not None:
+        at_ms, last_id = decode_cursor(cursor)
+        after = from_epoch_ms(at_ms)
+        where["at"] = {"$lte": after}
+        where["$or"] = [{"at": {"$lt": after}}, {ID: {"$lt": last_id}}]
+    return where
+
+
+BUCKET_WRITERS = 16
+"""How many of a bucket's latest writers it remembers (``writers``), so a process can tell
+whether its compare-and-set won even if others wrote the bucket after it."""
+
+
+def bucket_write(
+    key: str, bucket: Bucket, current: Mapping[str, Any] | None, writer: str
+) -> UpdateOne:
+    """The compare-and-set of one quota bucket: only if its revision is still the one read
+    (``current`` None: only if nobody created it meanwhile — an upsert that fails on ``_id``).
+    ``writer`` (unique per attempt) joins the bucket's ``writers``."""
+    fields: Document = {"tokens": bucket.tokens, "updatedAt": bucket.updated_at}
+    mark = {"writers": {"$each": [writer], "$slice": -BUCKET_WRITERS}}
+    if current is None:
+        return UpdateOne(
+            {ID: key, "rev": {"$exists": False}},
+            {"$set": {**fields, "rev": 1}, "$push": mark},
+            upsert=True,
+        )
+    return UpdateOne(
+        {ID: key, "rev": current["rev"]}, {"$set": fields, "$inc": {"rev": 1}, "$push": mark}
+    )
+
+
 # --- the store -----------------------------------------------------------------------------------
 
 
@@ -567,9 +671,10 @@ class MongoStore:
         )
         try:
             with _translated("create indexes"):
-                for name in (JOBS, EXECUTIONS):
+                for name in COLLECTIONS:
                     specs = [i.model() for i in INDEXES if i.collection == name]
-                    await db[name].create_indexes(specs)
+                    if specs:
+                        await db[name].create_indexes(specs)
         except BaseException:
             if client is not self._given_client:
                 await client.close()
@@ -600,11 +705,21 @@ class MongoStore:
     def _executions(self) -> AsyncCollection[Document]:
         return self.database[EXECUTIONS]
 
+    @property
+    def _audit(self) -> AsyncCollection[Document]:
+        return self.database[AUDIT]
+
+    @property
+    def _buckets(self) -> AsyncCollection[Document]:
+        return self.database[QUOTA_BUCKETS]
+
     async def ping(self) -> None:
         with _translated("ping"):
             await self.database.command("ping")
 
-    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
+    async def create_job(
+        self, job: Job, *, request_hash: str | None = None, audit: AuditEntry | None = None
+    ) -> Job:
         """See :meth:`core.ports.JobStore.create_job`. One insert; the unique indexes decide.
 
         A duplicate key on a job with an idempotency key reads the job that holds the key (the
@@ -623,6 +738,8 @@ class MongoStore:
             except DuplicateKeyError as e:
                 index = _duplicate_index(e)
             else:
+                if audit is not None:
+                    await self._append_audit(audit_record(audit, None, job))
                 return job
             if job.idempotency_key is not None:
                 with _translated("read the job of an idempotency key"):
@@ -636,20 +753,37 @@ class MongoStore:
                 raise Conflict(f"job {job.id} exists")
         raise StoreUnavailable("the job's idempotency key kept changing hands; retry")
 
-    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+    async def update_job(
+        self,
+        owner: str,
+        job_id: str,
+        change: JobChange,
+        *,
+        now: datetime,
+        audit: AuditEntry | None = None,
+    ) -> Job:
         """See :meth:`core.ports.JobStore.update_job`. One ``findAndModify`` whose filter holds
         the allowed statuses; when it matches nothing, a read tells a missing job from a status
-        conflict (and retries if the job reached an allowed status in between)."""
+        conflict (and retries if the job reached an allowed status in between).
+
+        It returns the document as it was before the change (the audit record's "old" values,
+        exactly as this change found them); the job after it is that document with the change
+        applied (:func:`applied`), the same fields the update sets."""
         update = change_update(change, now)
         for _ in range(UPDATE_ATTEMPTS):
             with _translated("update job"):
                 doc = await self._jobs.find_one_and_update(
                     change_query(owner, job_id, change),
                     update,
-                    return_document=ReturnDocument.AFTER,
+                    return_document=ReturnDocument.BEFORE,
                 )
-                if doc is not None:
-                    return from_document(doc, Job)
+            if doc is not None:
+                before = from_document(doc, Job)
+                after = applied(before, change, now)
+                if audit is not None:
+                    await self._append_audit(audit_record(audit, before, after))
+                return after
+            with _translated("update job"):
                 current = await self._jobs.find_one({ID: job_id, "owner": owner}, {"status": 1})
             if current is None:
                 raise JobNotFound(f"job {job_id} not found")
@@ -658,7 +792,7 @@ class MongoStore:
                 raise JobStatusConflict(job_id, status, change.action)
         raise StoreUnavailable(f"job {job_id} kept changing; retry")
 
-    async def delete_job(self, owner: str, job_id: str) -> None:
+    async def delete_job(self, owner: str, job_id: str, *, audit: AuditEntry | None = None) -> None:
         """See :meth:`core.ports.JobStore.delete_job`. The job first (its owner checked by the
         same write, and no dispatch can advance it after), then its executions. A failure in
         between leaves executions that no API call reaches (they are listed through their job),
@@ -667,14 +801,21 @@ class MongoStore:
             result = await self._jobs.delete_one({ID: job_id, "owner": owner})
             if result.deleted_count == 0:
                 raise JobNotFound(f"job {job_id} not found")
+        if audit is not None:
+            await self._append_audit(audit_record(audit, None, None))
+        with _translated("delete job"):
             await self._executions.delete_many({"jobId": job_id})
 
-    async def insert_execution(self, execution: Execution) -> bool:
+    async def insert_execution(
+        self, execution: Execution, *, audit: AuditEntry | None = None
+    ) -> bool:
         try:
             with _translated("insert execution", passing=(DuplicateKeyError,)):
                 await self._executions.insert_one(to_document(execution))
         except DuplicateKeyError:
             return False
+        if audit is not None:
+            await self._append_audit(audit_record(audit, None, None))
         return True
 
     async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
@@ -693,7 +834,7 @@ class MongoStore:
         return from_document(doc, Job)
 
     async def list_jobs(
-        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+        self, owner: str | None, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
         where = jobs_query(owner, query, cursor)
         with _translated("list jobs"):
@@ -902,6 +1043,96 @@ class MongoStore:
             duplicates = _duplicate_indexes(e)
             return e.details.get("nModified", 0) + e.details.get("nUpserted", 0), sorted(duplicates)
         return result.modified_count + result.upserted_count, []
+
+    # --- tenancy: quotas and the audit trail ----------------------------------------------------
+
+    async def _append_audit(self, record: AuditRecord) -> None:
+        """Insert the audit record of a change that was just written.
+
+        After the change, never before: a record must not claim a change that did not happen,
+        and an update's record needs the pre-image its ``findAndModify`` returned. The two are
+        not one transaction (the store uses none); if the record cannot be written (after the
+        driver's retryable-write retry), the change stands, the call still succeeds, and the
+        record is logged at ERROR in full — the log keeps what the store missed. A duplicate
+        key means a retried insert had already succeeded.
+        """
+        try:
+            with _translated("insert audit record", passing=(DuplicateKeyError,)):
+                await self._audit.insert_one(to_document(record))
+        except DuplicateKeyError:
+            pass
+        except StoreUnavailable as e:
+            log.error(
+                "audit record of job %s not stored (%s): %s",
+                record.job_id,
+                e,
+                msgspec.json.encode(record).decode(),
+                extra={"job_id": record.job_id},
+            )
+
+    async def count_jobs(self, owner: str, statuses: Collection[JobStatus]) -> int:
+        """See :meth:`core.ports.JobStore.count_jobs`; served by ``jobs_owner_status_created``."""
+        values = sorted(s.value for s in statuses)
+        if not values:
+            return 0
+        with _translated("count jobs"):
+            return await self._jobs.count_documents({"owner": owner, "status": {"$in": values}})
+
+    async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
+        """See :meth:`core.ports.JobStore.take_tokens`. Per round: read the buckets, decide
+        (:func:`core.quotas.take_all`), write each changed bucket with a compare-and-set on its
+        revision (one unordered bulk); a bucket another process wrote meanwhile is decided again
+        in the next round, with its requests. After :data:`UPDATE_ATTEMPTS` rounds of losing,
+        a request is denied with a 1 s wait."""
+        waits: list[float | None] = [None] * len(requests)
+        pending = set(r.key for r in requests)
+        for _ in range(UPDATE_ATTEMPTS):
+            if not pending:
+                break
+            with _translated("read quota buckets"):
+                docs = await self._buckets.find({ID: {"$in": sorted(pending)}}).to_list()
+            found = {d[ID]: d for d in docs}
+            buckets = {k: Bucket(float(d["tokens"]), d["updatedAt"]) for k, d in found.items()}
+            todo = [i for i, r in enumerate(requests) if r.key in pending]
+            changed, got = take_all(buckets, [requests[i] for i in todo], now)
+            lost = await self._write_buckets(changed, found)
+            for i, wait in zip(todo, got, strict=True):
+                if requests[i].key not in lost:
+                    waits[i] = wait
+            pending = lost
+        return [1.0 if w is None else w for w in waits]
+
+    async def _write_buckets(
+        self, changed: Mapping[str, Bucket], found: Mapping[str, Document]
+    ) -> set[str]:
+        """Compare-and-set ``changed``; the keys whose write lost to another process."""
+        if not changed:
+            return set()
+        writer = uuid.uuid4().hex
+        keys = list(changed)
+        ops = [bucket_write(k, changed[k], found.get(k), writer) for k in keys]
+        try:
+            with _translated("write quota buckets", passing=(BulkWriteError,)):
+                result = await self._buckets.bulk_write(ops, ordered=False)
+            if result.matched_count + result.upserted_count == len(ops):
+                return set()
+        except BulkWriteError as e:
+            _duplicate_indexes(e)  # raises unless every error is a lost upsert race
+        with _translated("read back quota buckets"):
+            docs = await self._buckets.find({ID: {"$in": keys}}, {"writers": 1}).to_list()
+        ours = {d[ID] for d in docs if writer in d.get("writers", ())}
+        return set(keys) - ours
+
+    async def list_audit(
+        self, query: AuditQuery, *, limit: int, cursor: str | None
+    ) -> Page[AuditRecord]:
+        where = audit_query(query, cursor)
+        with _translated("list audit records"):
+            docs = await self._audit.find(where).sort(NEWEST_AUDIT_FIRST).limit(limit + 1).to_list()
+        items = [from_document(d, AuditRecord) for d in docs[:limit]]
+        more = len(docs) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].at), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
 
 
 _DUPLICATE_INDEX = re.compile(r"index: (\S+) dup key")

@@ -24,6 +24,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.errors import Conflict, JobNotFound, StoreUnavailable
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
@@ -50,6 +51,7 @@ from core.ports import (
     JobSpec,
     JobStatusConflict,
 )
+from core.quotas import Bucket, TokenRequest, take_all
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
@@ -126,6 +128,32 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
     ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
 """
 """Columns added after a table's first release: (table, column, type), applied on open."""
+
+TENANCY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    record BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_job ON audit (job_id, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_owner ON audit (owner, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_actor ON audit (actor, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS quota_buckets (
+    key TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at DESC, id DESC);
+"""
+"""Tables of the audit trail (one row per change; the record as msgspec JSON, its filter fields
+as columns) and of the quota buckets (one row per user and bucket), and the indexes of admins'
+listings over every user's jobs."""
+AUDIT_INSERT = "INSERT INTO audit (id, job_id, owner, actor, at, record) VALUES (?, ?, ?, ?, ?, ?)"
 
 JOB_COLUMNS = (
     "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
@@ -438,6 +466,7 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         self._creates: list[tuple[Job, asyncio.Future[None]]] = []
+        self._create_audits: dict[str, AuditEntry] = {}
 
     async def open(self) -> None:
         if self._writer is not None:
@@ -451,6 +480,7 @@ class SqliteStore:
                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
                 )
                 await self._migrate(writer)
+                await writer.executescript(TENANCY_SCHEMA)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):
@@ -509,6 +539,26 @@ class SqliteStore:
                     raise
                 await conn.commit()
 
+    @asynccontextmanager
+    async def _light_transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A write transaction committed without waiting for an fsync (``synchronous=NORMAL``
+        for this transaction only): it survives a crash of the process, and a power loss once
+        the next durable commit (or checkpoint) has synced the log after it."""
+        async with self._write_lock:
+            with _translated():
+                conn = self._w
+                await conn.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    await conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield conn
+                    except BaseException:
+                        await asyncio.shield(conn.rollback())
+                        raise
+                    await conn.commit()
+                finally:
+                    await asyncio.shield(_set_synchronous_full(conn))
+
     async def _fetch(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = ()
     ) -> list[sqlite3.Row]:
@@ -518,16 +568,21 @@ class SqliteStore:
     async def ping(self) -> None:
         await self._fetch("SELECT 1")
 
-    async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
+    async def create_job(
+        self, job: Job, *, request_hash: str | None = None, audit: AuditEntry | None = None
+    ) -> Job:
         """Insert a job; concurrent calls share one transaction and one fsync (group commit).
 
         Each caller queues its job, then waits for the create lock; the first to get it inserts
         every job queued by then in one transaction and answers all their callers. So with N
-        concurrent requests there are about N / (jobs per commit) fsyncs, not N.
+        concurrent requests there are about N / (jobs per commit) fsyncs, not N. The audit
+        record of each job is inserted in the same transaction as the job.
         """
         if job.idempotency_key is not None:
-            return await self._create_keyed(job, request_hash)
+            return await self._create_keyed(job, request_hash, audit)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if audit is not None:
+            self._create_audits[job.id] = audit
         self._creates.append((job, done))
         async with self._create_lock:
             if not done.done():
@@ -542,14 +597,19 @@ class SqliteStore:
         return job
 
     async def _insert_jobs(self, batch: list[tuple[Job, asyncio.Future[None]]]) -> None:
+        audits = [self._create_audits.pop(j.id, None) for j, _ in batch]
+        created = [(e, j) for (j, _), e in zip(batch, audits, strict=True) if e is not None]
         try:
             async with self._transaction() as conn:
                 await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
+                await _insert_audit(conn, [audit_record(e, None, j) for e, j in created])
         except sqlite3.IntegrityError:
-            for job, done in batch:  # a duplicate id: find it, insert the others one by one
-                try:
+            for (job, done), entry in zip(batch, audits, strict=True):  # a duplicate id: find
+                try:  # it, insert the others one by one
                     async with self._transaction() as conn:
                         await conn.execute(JOB_INSERT, (*_job_row(job), None))
+                        if entry is not None:
+                            await _insert_audit(conn, [audit_record(entry, None, job)])
                     done.set_result(None)
                 except sqlite3.IntegrityError:
                     done.set_exception(Conflict(f"job {job.id} exists"))
@@ -563,7 +623,9 @@ class SqliteStore:
         for _, done in batch:
             done.set_result(None)
 
-    async def _create_keyed(self, job: Job, request_hash: str | None) -> Job:
+    async def _create_keyed(
+        self, job: Job, request_hash: str | None, audit: AuditEntry | None
+    ) -> Job:
         async with self._transaction() as conn:
             if job.idempotency_key is not None:
                 rows = list(
@@ -581,9 +643,19 @@ class SqliteStore:
                 await conn.execute(JOB_INSERT, (*_job_row(job), request_hash))
             except sqlite3.IntegrityError:
                 raise Conflict(f"job {job.id} exists") from None
+            if audit is not None:
+                await _insert_audit(conn, [audit_record(audit, None, job)])
         return job
 
-    async def update_job(self, owner: str, job_id: str, change: JobChange, *, now: datetime) -> Job:
+    async def update_job(
+        self,
+        owner: str,
+        job_id: str,
+        change: JobChange,
+        *,
+        now: datetime,
+        audit: AuditEntry | None = None,
+    ) -> Job:
         async with self._transaction() as conn:
             rows = list(
                 await conn.execute_fetchall(
@@ -612,22 +684,31 @@ class SqliteStore:
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
                 )
             )
-        return _job_from_row(rows[0])
+            after = _job_from_row(rows[0])
+            if audit is not None:
+                await _insert_audit(conn, [audit_record(audit, current, after)])
+        return after
 
-    async def delete_job(self, owner: str, job_id: str) -> None:
+    async def delete_job(self, owner: str, job_id: str, *, audit: AuditEntry | None = None) -> None:
         async with self._transaction() as conn:
             cur = await conn.execute("DELETE FROM jobs WHERE id = ? AND owner = ?", (job_id, owner))
             if cur.rowcount == 0:
                 raise JobNotFound(f"job {job_id} not found")
             await conn.execute("DELETE FROM executions WHERE job_id = ?", (job_id,))
+            if audit is not None:
+                await _insert_audit(conn, [audit_record(audit, None, None)])
 
-    async def insert_execution(self, execution: Execution) -> bool:
+    async def insert_execution(
+        self, execution: Execution, *, audit: AuditEntry | None = None
+    ) -> bool:
         async with self._transaction() as conn:
             cur = await conn.execute(
                 f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
                 f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})",
                 _execution_row(execution),
             )
+            if cur.rowcount == 1 and audit is not None:
+                await _insert_audit(conn, [audit_record(audit, None, None)])
             return cur.rowcount == 1
 
     async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
@@ -652,9 +733,9 @@ class SqliteStore:
         return _job_from_row(rows[0])
 
     async def list_jobs(
-        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+        self, owner: str | None, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
-        where, params = ["owner = ?"], [owner]
+        where, params = (["owner = ?"], [owner]) if owner is not None else (["1"], [])
         if query.status is not None:
             where.append("status = ?")
             params.append(query.status.value)
@@ -821,6 +902,87 @@ class SqliteStore:
             [*parts, to_epoch_ms(updated_before), after, limit],
         )
         return [_execution_from_row(r) for r in rows]
+
+    # --- tenancy: quotas and the audit trail ----------------------------------------------------
+
+    async def count_jobs(self, owner: str, statuses: Collection[JobStatus]) -> int:
+        values = sorted(s.value for s in statuses)
+        if not values:
+            return 0
+        marks = ", ".join("?" * len(values))
+        rows = await self._fetch(
+            f"SELECT COUNT(*) FROM jobs WHERE owner = ? AND status IN ({marks})", [owner, *values]
+        )
+        return int(rows[0][0])
+
+    async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
+        """See :meth:`core.ports.JobStore.take_tokens`: one transaction (SQLite's write lock
+        makes it atomic across processes), committed without an fsync of its own: a bucket lost
+        to a power failure only refills early, and the next durable commit syncs it anyway."""
+        if not requests:
+            return []
+        keys = sorted({r.key for r in requests})
+        async with self._light_transaction() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT key, tokens, updated_at FROM quota_buckets "
+                f"WHERE key IN ({', '.join('?' * len(keys))})",
+                keys,
+            )
+            buckets = {r[0]: Bucket(r[1], from_epoch_ms(r[2])) for r in rows}
+            changed, waits = take_all(buckets, list(requests), now)
+            await conn.executemany(
+                "INSERT INTO quota_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET tokens = excluded.tokens, "
+                "updated_at = excluded.updated_at",
+                [(k, b.tokens, to_epoch_ms(b.updated_at)) for k, b in changed.items()],
+            )
+        return waits
+
+    async def list_audit(
+        self, query: AuditQuery, *, limit: int, cursor: str | None
+    ) -> Page[AuditRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("job_id", query.job_id),
+            ("owner", query.owner),
+            ("actor", query.actor),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if cursor is not None:
+            at_ms, last_id = decode_cursor(cursor)
+            where.append("(at, id) < (?, ?)")
+            params.extend([at_ms, last_id])
+        rows = await self._fetch(
+            f"SELECT record FROM audit WHERE {' AND '.join(where) or '1'} "
+            "ORDER BY at DESC, id DESC LIMIT ?",
+            [*params, limit + 1],
+        )
+        items = [_audit_decoder.decode(r[0]) for r in rows[:limit]]
+        more = len(rows) > limit
+        nxt = encode_cursor(to_epoch_ms(items[-1].at), items[-1].id) if more else None
+        return Page(items=items, next_cursor=nxt)
+
+
+_audit_decoder = msgspec.json.Decoder(AuditRecord)
+
+
+async def _set_synchronous_full(conn: aiosqlite.Connection) -> None:
+    await conn.execute("PRAGMA synchronous=FULL")
+
+
+async def _insert_audit(conn: aiosqlite.Connection, records: Sequence[AuditRecord]) -> None:
+    """Insert audit records in the caller's transaction (with the change they describe)."""
+    if records:
+        await conn.executemany(
+            AUDIT_INSERT,
+            [
+                (r.id, r.job_id, r.owner, r.actor, to_epoch_ms(r.at), _spec_encoder.encode(r))
+                for r in records
+            ],
+        )
 
 
 class _translated:

@@ -47,6 +47,8 @@ from pymongo.errors import (
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from core.access import Principal, Role
+from core.audit import AuditAction, AuditQuery, audit_entry
 from core.errors import Conflict, JobNotFound, StoreUnavailable
 from core.ids import execution_id
 from core.model import (
@@ -76,8 +78,10 @@ from core.ports import (
     JobSpec,
     JobStatusConflict,
 )
+from core.quotas import Rate, TokenRequest
 from store import sqlite
 from store.mongo import (
+    AUDIT,
     EXECUTIONS,
     ID,
     IDEMPOTENCY_INDEX,
@@ -446,6 +450,10 @@ DOCUMENTED_RESIDUALS = {
     # scheduling delay: runs that never started are skipped after the index scan.
     "startedAt",
 }
+AUDIT_RESIDUALS = ("actor", "owner")
+"""Audit listings by job (one job has one owner: all or none of its records match) and by owner
+and actor (an owner's records, newest first, until a page of the actor's) filter these fields
+on the fetched records, in this order of preference."""
 
 
 def serving_index(
@@ -513,12 +521,19 @@ def served(q: Query) -> str | None:
     if name is None:
         residual = frozenset(DOCUMENTED_RESIDUALS & set(q.filter))
         name = serving_index(q.collection, q.filter, q.sort, residual=residual)
+    if name is None and q.collection == AUDIT:
+        for n in range(1, len(AUDIT_RESIDUALS) + 1):
+            name = serving_index(
+                q.collection, q.filter, q.sort, residual=frozenset(AUDIT_RESIDUALS[:n])
+            )
+            if name is not None:
+                break
     return name
 
 
 def test_serving_index_rejects_unindexed_queries() -> None:
     assert serving_index(JOBS, {"taskId": "noop"}) is None
-    assert serving_index(JOBS, {"status": "FAILED"}) is None  # owner missing: not a prefix
+    assert serving_index(JOBS, {"lastRunStatus": "FAILED"}) is None  # owner missing: no prefix
     assert serving_index(JOBS, {"owner": "a"}, (("nextRunAt", 1),)) is None
     assert serving_index(JOBS, {"partition": {"$in": [1]}, "nextRunAt": {"$lte": T0}}) is None
     assert serving_index(EXECUTIONS, {"partition": {"$in": [1]}, "updatedAt": {"$lt": T0}}) is None
@@ -532,6 +547,36 @@ def test_serving_index_rejects_unindexed_queries() -> None:
     assert serving_index(JOBS, {"owner": "a", "idempotencyKey": "k"}) is None
     assert serving_index(JOBS, {"idempotencyKey": {"$type": "string", "$eq": "k"}}) is None
     assert serving_index(JOBS, key_query("a", "k")) == IDEMPOTENCY_INDEX
+
+
+async def _tenancy_queries(store: MongoStore, pause: JobChange) -> None:
+    """The queries of admins' listings, the audit trail and the quota buckets."""
+    for status in (None, JobStatus.RUNNING):  # an admin's listings of every user's jobs
+        for last in (None, ExecutionStatus.SUCCEEDED):
+            q = JobQuery(status=status, last_run_status=last)
+            page = await store.list_jobs(None, q, limit=1, cursor=None)
+            await store.list_jobs(None, q, limit=1, cursor=page.next_cursor)
+    root = Principal("root", Role.ADMIN)
+    audited = job("audited", created_at=at(40))
+    await store.create_job(
+        audited, audit=audit_entry(root, AuditAction.CREATED, "audited", "alice", at(40))
+    )
+    entry = audit_entry(root, AuditAction.PAUSED, "audited", "alice", at(41))
+    await store.update_job("alice", "audited", pause, now=at(41), audit=entry)
+    for aq in (
+        AuditQuery(),
+        AuditQuery(job_id="audited"),
+        AuditQuery(owner="alice"),
+        AuditQuery(actor="root"),
+        AuditQuery(owner="alice", job_id="audited"),
+        AuditQuery(owner="alice", actor="root"),
+    ):
+        audit_page = await store.list_audit(aq, limit=1, cursor=None)
+        assert audit_page.next_cursor is not None
+        await store.list_audit(aq, limit=1, cursor=audit_page.next_cursor)
+    rate = Rate(1.0, 5.0)
+    for _ in range(2):  # a new bucket (upsert), then an existing one (compare-and-set)
+        await store.take_tokens([TokenRequest("runs:alice", 1, rate)], now=at(50))
 
 
 async def test_every_query_of_every_method_is_served_by_an_index(
@@ -577,6 +622,7 @@ async def test_every_query_of_every_method_is_served_by_an_index(
                            "state_rank": TERMINAL_RANK})  # fmt: skip
     await store.dispatch([Dispatch(skipped, expected_next_run_at=at(5), next_run_at=at(6))])
     await store.delete_job("alice", "j5")
+    await _tenancy_queries(store, pause)
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
         runs_by_status_per_hour(T0, at(60), owner="alice"),
