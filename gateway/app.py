@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,8 @@ from actors.metrics import metrics_handler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
 from core import schedule as schedules
+from core.access import Principal
+from core.audit import AuditQuery
 from core.clock import Clock
 from core.errors import (
     FieldError,
@@ -30,6 +32,7 @@ from core.errors import (
     JobschedError,
     MalformedRequest,
     PayloadTooLarge,
+    QuotaExceeded,
     Unavailable,
 )
 from core.model import (
@@ -40,8 +43,9 @@ from core.model import (
     JobStatus,
 )
 from core.ports import JobQuery, JobStore
+from core.quotas import Quotas
 from core.tasks import TaskCatalog, validation_field_error
-from gateway.auth import user_from_authorization
+from gateway.auth import principal_from_authorization
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
 from gateway.service import JobService, ServiceConfig
@@ -70,6 +74,7 @@ class GatewayConfig:
         misfire_grace_s: a once job up to this many seconds in the past runs at once.
         ws_buffer / ws_stall_s: a WebSocket client that stays this many events behind for this
             many seconds is disconnected (slow consumer).
+        quotas: the per-user limits (:class:`core.quotas.Quotas`).
     """
 
     auth_secret: str
@@ -79,6 +84,7 @@ class GatewayConfig:
     misfire_grace_s: float = schedules.DEFAULT_MISFIRE_GRACE_S
     ws_buffer: int = 1000
     ws_stall_s: float = 5.0
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +102,7 @@ class GatewayDeps:
 
 DEPS = web.AppKey("deps", GatewayDeps)
 SERVICE = web.AppKey("service", JobService)
-USER = web.RequestKey("user", str)
+PRINCIPAL = web.RequestKey("principal", Principal)
 REQUEST_ID = web.RequestKey("request_id", str)
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/ws", "/openapi.json", "/docs", "/metrics"})
 """No bearer token needed: health, the API description, and /ws (which authenticates itself)."""
@@ -117,7 +123,9 @@ def create_app(deps: GatewayDeps) -> web.Application:
         deps.catalog,
         deps.clock,
         ServiceConfig(
-            partitions=deps.config.partitions, max_attempts_limit=deps.config.max_attempts_limit
+            partitions=deps.config.partitions,
+            max_attempts_limit=deps.config.max_attempts_limit,
+            quotas=deps.config.quotas,
         ),
         deps.markers,
     )
@@ -132,6 +140,8 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_post("/jobs/{job_id}/trigger", trigger_job)
     app.router.add_get("/jobs/{job_id}/executions", list_executions)
     app.router.add_get("/jobs/{job_id}/upcoming", upcoming)
+    app.router.add_get("/jobs/{job_id}/audit", job_audit)
+    app.router.add_get("/audit", list_audit)
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
     app.router.add_get("/ws", live_status)
@@ -154,6 +164,7 @@ def problem_response(
     detail: str | None,
     request: web.Request,
     errors: list[FieldError] | None = None,
+    quota: QuotaExceeded | None = None,
 ) -> web.Response:
     """An RFC 9457 problem response about ``request`` (its path, its request id)."""
     return problem(
@@ -164,6 +175,7 @@ def problem_response(
         instance=request.path,
         request_id=request.get(REQUEST_ID),
         errors=errors,
+        quota=quota,
     )
 
 
@@ -177,8 +189,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         errors = e.errors if isinstance(e, InvalidRequest) else None
         if isinstance(e, Unavailable):
             log.warning("503 for %s %s: %s", request.method, request.path, e)
+        quota = e if isinstance(e, QuotaExceeded) else None
         resp = problem_response(
-            e.status, e.code, TITLES.get(e.status, "Error"), e.message, request, errors
+            e.status, e.code, TITLES.get(e.status, "Error"), e.message, request, errors, quota
         )
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[DEPS].config.max_body_bytes
@@ -241,7 +254,8 @@ def _client_gone(request: web.Request) -> bool:
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path not in PUBLIC_PATHS:
         secret = request.app[DEPS].config.auth_secret
-        request[USER] = user_from_authorization(request.headers.get("Authorization"), secret)
+        header = request.headers.get("Authorization")
+        request[PRINCIPAL] = principal_from_authorization(header, secret)
     return await handler(request)
 
 
@@ -281,7 +295,7 @@ async def create_job(request: web.Request) -> web.Response:
     """
     body: JobCreate = await read_json(request, job_create_decoder)
     key = request.headers.get("Idempotency-Key")
-    job, replayed = await request.app[SERVICE].create(request[USER], body, idempotency_key=key)
+    job, replayed = await request.app[SERVICE].create(request[PRINCIPAL], body, idempotency_key=key)
     headers = {"Location": f"/jobs/{job.id}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -291,15 +305,17 @@ async def create_job(request: web.Request) -> web.Response:
 async def patch_job(request: web.Request) -> web.Response:
     """``PATCH /jobs/{id}``: change schedule, parameters or options."""
     patch: JobPatch = await read_json(request, job_patch_decoder)
-    job = await request.app[SERVICE].patch(request[USER], request.match_info["job_id"], patch)
+    job = await request.app[SERVICE].patch(request[PRINCIPAL], request.match_info["job_id"], patch)
     return json_response(job)
 
 
-def control(operation: Callable[[JobService, str, str], Awaitable[Job]]) -> Handler:
+def control(operation: Callable[[JobService, Principal, str], Awaitable[Job]]) -> Handler:
     """A ``POST /jobs/{id}/<action>`` handler answering the job after the action."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        job = await operation(request.app[SERVICE], request[USER], request.match_info["job_id"])
+        job = await operation(
+            request.app[SERVICE], request[PRINCIPAL], request.match_info["job_id"]
+        )
         return json_response(job)
 
     return handler
@@ -307,13 +323,13 @@ def control(operation: Callable[[JobService, str, str], Awaitable[Job]]) -> Hand
 
 async def trigger_job(request: web.Request) -> web.Response:
     """``POST /jobs/{id}/trigger``: an extra run now; answers 201 with the run."""
-    run = await request.app[SERVICE].trigger(request[USER], request.match_info["job_id"])
+    run = await request.app[SERVICE].trigger(request[PRINCIPAL], request.match_info["job_id"])
     return json_response(run, status=201, headers={"Location": f"/jobs/{run.job_id}/executions"})
 
 
 async def delete_job(request: web.Request) -> web.Response:
     """``DELETE /jobs/{id}``: cancel its runs, delete it and its history; 204."""
-    await request.app[SERVICE].delete(request[USER], request.match_info["job_id"])
+    await request.app[SERVICE].delete(request[PRINCIPAL], request.match_info["job_id"])
     return web.Response(status=204)
 
 
@@ -321,7 +337,9 @@ async def upcoming(request: web.Request) -> web.Response:
     """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC)."""
     _only(request.query, {"count"})
     count = _int_param(request.query, "count", default=10, low=1, high=MAX_PREVIEW)
-    times = await request.app[SERVICE].upcoming(request[USER], request.match_info["job_id"], count)
+    times = await request.app[SERVICE].upcoming(
+        request[PRINCIPAL], request.match_info["job_id"], count
+    )
     return json_response({"fireTimes": times})
 
 
@@ -345,11 +363,14 @@ async def preview(request: web.Request) -> web.Response:
     return json_response({"fireTimes": times})
 
 
-LIST_PARAMS = frozenset({"status", "lastRunStatus", "startTime", "endTime", "limit", "cursor"})
+LIST_PARAMS = frozenset(
+    {"status", "lastRunStatus", "startTime", "endTime", "limit", "cursor", "owner", "allUsers"}
+)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    """``GET /jobs``: the caller's jobs, newest first, filtered, cursor-paginated."""
+    """``GET /jobs``: the caller's jobs, newest first, filtered, cursor-paginated; an admin's
+    choice of ``owner``'s or (``allUsers=true``) everyone's."""
     q = request.query
     _only(q, LIST_PARAMS)
     query = JobQuery(
@@ -359,13 +380,18 @@ async def list_jobs(request: web.Request) -> web.Response:
         created_to=_time_param(q, "endTime"),
     )
     page = await request.app[SERVICE].list_jobs(
-        request[USER], query, limit=_limit_param(q), cursor=q.get("cursor") or None
+        request[PRINCIPAL],
+        query,
+        limit=_limit_param(q),
+        cursor=q.get("cursor") or None,
+        owner=q.get("owner") or None,
+        all_users=_bool_param(q, "allUsers"),
     )
     return json_response(page)
 
 
 async def get_job(request: web.Request) -> web.Response:
-    job = await request.app[SERVICE].get(request[USER], request.match_info["job_id"])
+    job = await request.app[SERVICE].get(request[PRINCIPAL], request.match_info["job_id"])
     return json_response(job)
 
 
@@ -376,10 +402,46 @@ async def list_executions(request: web.Request) -> web.Response:
     q = request.query
     _only(q, EXECUTION_LIST_PARAMS)
     page = await request.app[SERVICE].list_executions(
-        request[USER],
+        request[PRINCIPAL],
         request.match_info["job_id"],
         limit=_limit_param(q),
         cursor=q.get("cursor") or None,
+    )
+    return json_response(page)
+
+
+AUDIT_PARAMS = frozenset({"limit", "cursor"})
+AUDIT_LIST_PARAMS = frozenset({"owner", "actor", "jobId", "allUsers", "limit", "cursor"})
+
+
+async def job_audit(request: web.Request) -> web.Response:
+    """``GET /jobs/{id}/audit``: the job's audit records, newest first (they outlive the job)."""
+    q = request.query
+    _only(q, AUDIT_PARAMS)
+    page = await request.app[SERVICE].list_audit(
+        request[PRINCIPAL],
+        AuditQuery(job_id=request.match_info["job_id"]),
+        limit=_limit_param(q),
+        cursor=q.get("cursor") or None,
+    )
+    return json_response(page)
+
+
+async def list_audit(request: web.Request) -> web.Response:
+    """``GET /audit``: audit records of the caller's jobs, newest first; an admin's of
+    ``owner``'s or (``allUsers=true``) everyone's; ``actor`` and ``jobId`` narrow them."""
+    q = request.query
+    _only(q, AUDIT_LIST_PARAMS)
+    page = await request.app[SERVICE].list_audit(
+        request[PRINCIPAL],
+        AuditQuery(
+            owner=q.get("owner") or None,
+            actor=q.get("actor") or None,
+            job_id=q.get("jobId") or None,
+        ),
+        limit=_limit_param(q),
+        cursor=q.get("cursor") or None,
+        all_users=_bool_param(q, "allUsers"),
     )
     return json_response(page)
 
@@ -465,6 +527,15 @@ def _time_param(q: Any, name: str) -> datetime | None:
             FieldError(name, "must be an RFC 3339 timestamp with an offset")
         ) from None
     return schedules.checked_instant(t, name)
+
+
+def _bool_param(q: Any, name: str) -> bool:
+    raw = q.get(name)
+    if raw in (None, "", "false"):
+        return False
+    if raw == "true":
+        return True
+    raise InvalidRequest(FieldError(name, "must be true or false"))
 
 
 def _limit_param(q: Any) -> int:

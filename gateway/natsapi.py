@@ -8,17 +8,20 @@ operation     request body                                            reply
 ``create``    a job (as ``POST /jobs``); header ``Idempotency-Key``   the job
 ``get``       ``{"id": "<job id>"}``                                  the job
 ``list``      ``{"status", "lastRunStatus", "startTime", "endTime",   a page of jobs
-              "limit", "cursor"}`` (all optional)
+              "limit", "cursor", "owner", "allUsers"}`` (all optional)
 ``cancel``    ``{"id": …}``                                           the job
 ``pause``     ``{"id": …}``                                           the job
 ``resume``    ``{"id": …}``                                           the job
 ``trigger``   ``{"id": …}``                                           the new run
+``audit``     ``{"jobId", "owner", "actor", "allUsers", "limit",      a page of audit
+              "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
 
-Identity: header ``Authorization: Bearer <token>`` (the same tokens as HTTP). Errors are
-service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
+Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
+Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
 ``Nats-Service-Error`` = the message) whose body is the same RFC 9457 problem as HTTP, with the
-same stable ``code``. Every gateway process serves the API in one queue group.
+same stable ``code``; a 429 also carries ``Retry-After`` (seconds) when waiting helps. Every
+gateway process serves the API in one queue group.
 """
 
 from __future__ import annotations
@@ -36,11 +39,21 @@ from nats.micro.service import Service
 
 from bus.nats import Bus
 from core import schedule as schedules
-from core.errors import FieldError, InvalidRequest, JobschedError, MalformedRequest, Unavailable
+from core.access import Principal
+from core.audit import AuditQuery
+from core.errors import (
+    FieldError,
+    InvalidRequest,
+    JobschedError,
+    MalformedRequest,
+    QuotaExceeded,
+    Unavailable,
+)
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
 from core.ports import JobQuery
 from core.tasks import validation_field_error
-from gateway.auth import user_from_authorization
+from gateway.auth import principal_from_authorization
+from gateway.problems import quota_limit, retry_after
 from gateway.service import JobService
 
 log = logging.getLogger(__name__)
@@ -59,14 +72,26 @@ class ListRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     end_time: datetime | None = None
     limit: int = msgspec.field(default=50)
     cursor: str | None = None
+    owner: str | None = None
+    all_users: bool = False
+
+
+class AuditRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    job_id: str | None = None
+    owner: str | None = None
+    actor: str | None = None
+    all_users: bool = False
+    limit: int = 50
+    cursor: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
 _create = msgspec.json.Decoder(JobCreate)
 _ref = msgspec.json.Decoder(JobRef)
 _list = msgspec.json.Decoder(ListRequest)
+_audit = msgspec.json.Decoder(AuditRequest)
 
-Operation = Callable[[JobService, str, bytes, dict[str, str]], Awaitable[Any]]
+Operation = Callable[[JobService, Principal, bytes, dict[str, str]], Awaitable[Any]]
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
@@ -80,7 +105,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
         raise MalformedRequest("the body nests objects or arrays too deeply") from None
 
 
-async def _op_create(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:
+async def _op_create(svc: JobService, user: Principal, data: bytes, headers: dict[str, str]) -> Any:
     if not data.strip():  # as over HTTP: a create needs a body (list and the others do not)
         raise MalformedRequest("the request body is empty; send a JSON object")
     job, _ = await svc.create(
@@ -89,26 +114,46 @@ async def _op_create(svc: JobService, user: str, data: bytes, headers: dict[str,
     return job
 
 
-async def _op_list(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:
+async def _op_list(svc: JobService, user: Principal, data: bytes, headers: dict[str, str]) -> Any:
     req: ListRequest = _decode(_list, data)
     start, end = (
         None if t is None else schedules.checked_instant(t, name)
         for name, t in (("startTime", req.start_time), ("endTime", req.end_time))
     )
-    if not 1 <= req.limit <= 500:
-        raise InvalidRequest(FieldError("limit", "must be between 1 and 500"))
+    _check_limit(req.limit)
     query = JobQuery(req.status, req.last_run_status, start, end)
-    return await svc.list_jobs(user, query, limit=req.limit, cursor=req.cursor)
+    return await svc.list_jobs(
+        user,
+        query,
+        limit=req.limit,
+        cursor=req.cursor,
+        owner=req.owner or None,
+        all_users=req.all_users,
+    )
 
 
-def _on_ref(method: Callable[[JobService, str, str], Awaitable[Any]]) -> Operation:
-    async def op(svc: JobService, user: str, data: bytes, headers: dict[str, str]) -> Any:
+async def _op_audit(svc: JobService, user: Principal, data: bytes, headers: dict[str, str]) -> Any:
+    req: AuditRequest = _decode(_audit, data)
+    _check_limit(req.limit)
+    query = AuditQuery(owner=req.owner or None, actor=req.actor or None, job_id=req.job_id or None)
+    return await svc.list_audit(
+        user, query, limit=req.limit, cursor=req.cursor, all_users=req.all_users
+    )
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= 500:
+        raise InvalidRequest(FieldError("limit", "must be between 1 and 500"))
+
+
+def _on_ref(method: Callable[[JobService, Principal, str], Awaitable[Any]]) -> Operation:
+    async def op(svc: JobService, user: Principal, data: bytes, headers: dict[str, str]) -> Any:
         return await method(svc, user, _decode(_ref, data).id)
 
     return op
 
 
-async def _op_get(svc: JobService, user: str, job_id: str) -> Any:
+async def _op_get(svc: JobService, user: Principal, job_id: str) -> Any:
     return await svc.get(user, job_id)
 
 
@@ -120,6 +165,7 @@ OPERATIONS: dict[str, Operation] = {
     "pause": _on_ref(JobService.pause),
     "resume": _on_ref(JobService.resume),
     "trigger": _on_ref(JobService.trigger),
+    "audit": _op_audit,
 }
 
 
@@ -166,12 +212,17 @@ class NatsApi:
         async def handle(req: Request) -> None:
             headers = dict(req.headers or {})
             try:
-                user = user_from_authorization(headers.get("Authorization"), self.secret)
+                user = principal_from_authorization(headers.get("Authorization"), self.secret)
                 result = await operation(self.service, user, req.data, headers)
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)
-                await req.respond_error(str(e.status), e.message, data=_problem(e, name))
+                extra = None
+                if isinstance(e, QuotaExceeded) and e.retry_after_s is not None:
+                    extra = {"Retry-After": retry_after(e.retry_after_s)}
+                await req.respond_error(
+                    str(e.status), e.message, data=_problem(e, name), headers=extra
+                )
                 return
             except Exception:
                 log.exception("NATS API %s failed", name)
@@ -196,5 +247,6 @@ def _problem(e: JobschedError, operation: str) -> bytes:
             errors=[ProblemField(field=f.field, reason=f.reason) for f in errors]
             if errors
             else None,
+            limit=quota_limit(e if isinstance(e, QuotaExceeded) else None),
         )
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from core.audit import AuditRecord
 from core.model import (
     Execution,
     ExecutionStatus,
@@ -82,6 +83,12 @@ COUNT = Param(
     "count", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10}, "How many."
 )
 INSTANT = {"type": "string", "format": "date-time"}
+OWNER = Param(
+    "owner", {"type": "string"}, "Another user's records (admins only; your own: anyone)."
+)
+ALL_USERS = Param(
+    "allUsers", {"type": "string", "enum": ["true", "false"]}, "Every user's records (admins only)."
+)
 
 
 def _enum(values: type[JobStatus] | type[ExecutionStatus]) -> dict[str, Any]:
@@ -96,7 +103,7 @@ ROUTES: list[Route] = [
         201,
         Job,
         JobCreate,
-        problems=(400, 401, 409, 413, 422, 503),
+        problems=(400, 401, 403, 409, 413, 422, 429, 503),
         headers={
             "Idempotency-Key": "Makes the request idempotent: the same key and body "
             "return the original job (200), another body answers 409."
@@ -105,7 +112,7 @@ ROUTES: list[Route] = [
     Route(
         "get",
         "/jobs",
-        "List your jobs, newest first",
+        "List your jobs (an admin: anyone's), newest first",
         200,
         Page[Job],
         params=[
@@ -119,10 +126,14 @@ ROUTES: list[Route] = [
             Param("endTime", INSTANT, "Created before (RFC 3339 with offset)."),
             LIMIT,
             CURSOR,
+            OWNER,
+            ALL_USERS,
         ],
-        problems=(401, 422, 503),
+        problems=(401, 403, 422, 503),
     ),
-    Route("get", "/jobs/{job_id}", "Get a job", 200, Job, params=[ID], problems=(401, 404, 503)),
+    Route(
+        "get", "/jobs/{job_id}", "Get a job", 200, Job, params=[ID], problems=(401, 403, 404, 503)
+    ),
     Route(
         "patch",
         "/jobs/{job_id}",
@@ -131,16 +142,16 @@ ROUTES: list[Route] = [
         Job,
         JobPatch,
         [ID],
-        problems=(400, 401, 404, 409, 413, 422, 503),
+        problems=(400, 401, 403, 404, 409, 413, 422, 503),
     ),
     Route(
         "delete",
         "/jobs/{job_id}",
-        "Delete a job and its history",
+        "Delete a job and its runs (its audit records stay)",
         204,
         None,
         params=[ID],
-        problems=(401, 404, 503),
+        problems=(401, 403, 404, 503),
     ),
     Route(
         "post",
@@ -149,7 +160,7 @@ ROUTES: list[Route] = [
         200,
         Job,
         params=[ID],
-        problems=(401, 404, 409, 503),
+        problems=(401, 403, 404, 409, 503),
     ),
     Route(
         "post",
@@ -158,7 +169,7 @@ ROUTES: list[Route] = [
         200,
         Job,
         params=[ID],
-        problems=(401, 404, 409, 503),
+        problems=(401, 403, 404, 409, 503),
     ),
     Route(
         "post",
@@ -167,7 +178,7 @@ ROUTES: list[Route] = [
         200,
         Job,
         params=[ID],
-        problems=(401, 404, 409, 503),
+        problems=(401, 403, 404, 409, 503),
     ),
     Route(
         "post",
@@ -176,7 +187,7 @@ ROUTES: list[Route] = [
         201,
         Execution,
         params=[ID],
-        problems=(401, 404, 409, 503),
+        problems=(401, 403, 404, 409, 429, 503),
     ),
     Route(
         "get",
@@ -185,7 +196,32 @@ ROUTES: list[Route] = [
         200,
         Page[Execution],
         params=[ID, LIMIT, CURSOR],
-        problems=(401, 404, 422, 503),
+        problems=(401, 403, 404, 422, 503),
+    ),
+    Route(
+        "get",
+        "/jobs/{job_id}/audit",
+        "A job's audit records (who changed what, when), newest first",
+        200,
+        Page[AuditRecord],
+        params=[ID, LIMIT, CURSOR],
+        problems=(401, 403, 404, 422, 503),
+    ),
+    Route(
+        "get",
+        "/audit",
+        "Audit records of your jobs (an admin: anyone's), newest first",
+        200,
+        Page[AuditRecord],
+        params=[
+            OWNER,
+            Param("actor", {"type": "string"}, "Only changes made by this user."),
+            Param("jobId", {"type": "string"}, "Only records of this job."),
+            ALL_USERS,
+            LIMIT,
+            CURSOR,
+        ],
+        problems=(401, 403, 422, 503),
     ),
     Route(
         "get",
@@ -194,7 +230,7 @@ ROUTES: list[Route] = [
         200,
         FireTimes,
         params=[ID, COUNT],
-        problems=(401, 404, 422, 503),
+        problems=(401, 403, 404, 422, 503),
     ),
     Route(
         "get",
@@ -232,10 +268,13 @@ UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs"})
 PROBLEM_TEXT = {
     400: "Malformed JSON.",
     401: "Missing or invalid bearer token.",
+    403: "The token does not allow this: read-only, or another user's records without admin.",
     404: "No such job for this user.",
     409: "The job's status does not allow this, or the Idempotency-Key was used for another body.",
     413: "The body is too large.",
     422: "Invalid input; `errors` names each field and the reason.",
+    429: "A per-user quota (`limit` names it) does not allow this now; `Retry-After` says when "
+    "to retry, when waiting helps.",
     503: "The store (or NATS) cannot be reached right now; nothing was changed. Retry.",
 }
 
@@ -244,7 +283,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
-             FireTimes, TaskList]  # fmt: skip
+             FireTimes, TaskList, Page[AuditRecord]]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

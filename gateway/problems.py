@@ -3,12 +3,14 @@ for the requests aiohttp rejects before any middleware runs (:mod:`gateway.serve
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from core.errors import FieldError
-from core.model import Problem, ProblemField
+from core.errors import FieldError, QuotaExceeded
+from core.model import Problem, ProblemField, ProblemLimit
 
 PROBLEM_BASE = "https://jobsched.dev/problems/"
 PROBLEM_JSON = "application/problem+json"
@@ -16,6 +18,7 @@ PROBLEM_JSON = "application/problem+json"
 TITLES = {
     400: "Malformed request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict",
@@ -23,6 +26,7 @@ TITLES = {
     414: "URI too long",
     415: "Unsupported media type",
     422: "Invalid request",
+    429: "Too many requests",
     431: "Request header fields too large",
     500: "Internal error",
     503: "Service unavailable",
@@ -41,10 +45,12 @@ def problem(
     instance: str | None = None,
     request_id: str | None = None,
     errors: list[FieldError] | None = None,
+    quota: QuotaExceeded | None = None,
 ) -> web.Response:
     """An RFC 9457 problem response: ``type`` is :data:`PROBLEM_BASE` + ``code``; ``title``
     defaults to the status's entry in :data:`TITLES`. A 401 carries ``WWW-Authenticate``, a 503
-    ``Retry-After: 1``."""
+    ``Retry-After: 1``; a 429 of a ``quota`` its ``limit`` and, when waiting helps,
+    ``Retry-After`` (:func:`retry_after`)."""
     body = Problem(
         type=PROBLEM_BASE + code,
         title=title or TITLES.get(status, "Error"),
@@ -54,13 +60,27 @@ def problem(
         code=code,
         request_id=request_id,
         errors=[ProblemField(field=e.field, reason=e.reason) for e in errors] if errors else None,
+        limit=quota_limit(quota),
     )
     resp = web.Response(status=status, body=encoder.encode(body), content_type=PROBLEM_JSON)
     if status == 401:
         resp.headers["WWW-Authenticate"] = 'Bearer realm="jobsched"'
     if status == 503:
         resp.headers["Retry-After"] = "1"
+    if quota is not None and quota.retry_after_s is not None:
+        resp.headers["Retry-After"] = retry_after(quota.retry_after_s)
     return resp
+
+
+def quota_limit(quota: QuotaExceeded | None) -> ProblemLimit | None:
+    """The ``limit`` member of a ``quota_exceeded`` problem."""
+    return None if quota is None else ProblemLimit(name=quota.limit, value=quota.value)
+
+
+def retry_after(seconds: float) -> str:
+    """``Retry-After`` as delay-seconds (RFC 9110 §10.2.3: a non-negative integer), rounded up so
+    a client that waits that long finds the quota ready; at least 1."""
+    return str(max(1, math.ceil(seconds)))
 
 
 def describe(exc: BaseException, limit: int = 200) -> str:

@@ -1,7 +1,11 @@
 """The job API as operations on the domain, shared by the HTTP and NATS interfaces.
 
-Every method takes the caller's identity (``owner``, a token's ``sub``) and raises the project's
-errors (:mod:`core.errors`), which each interface maps to its own error format.
+Every method takes the caller (:class:`core.access.Principal`: a token's user, role and scopes)
+and raises the project's errors (:mod:`core.errors`), which each interface maps to its own error
+format. A user acts on their own jobs; an admin on anyone's (the job's owner is looked up, and
+every change is recorded with the admin as its actor). Changes need the ``jobs:write`` scope,
+reads ``jobs:read``; the per-user quotas (:mod:`core.quotas`) are checked here, before the
+store is changed.
 """
 
 from __future__ import annotations
@@ -9,18 +13,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
 
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
-from core import cron
+from core import cron, quotas
 from core import schedule as schedules
+from core.access import Principal
+from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
 from core.dispatch import recorded_event
-from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest
+from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.ids import new_job_id, partition_of
 from core.model import (
     CronSchedule,
@@ -46,6 +52,7 @@ from core.ports import (
     JobStatusConflict,
     JobStore,
 )
+from core.quotas import Quotas, TokenRequest
 from core.tasks import TaskCatalog, validation_field_error
 from core.timeutil import isoformat_z
 
@@ -64,10 +71,12 @@ class ServiceConfig:
     Attributes:
         partitions: number of partitions (to assign a new job its partition).
         max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
+        quotas: the per-user limits.
     """
 
     partitions: int = 64
     max_attempts_limit: int = 20
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 class JobService:
@@ -101,29 +110,35 @@ class JobService:
     # --- create and read -----------------------------------------------------------------------
 
     async def create(
-        self, owner: str, body: JobCreate, *, idempotency_key: str | None = None
+        self, who: Principal, body: JobCreate, *, idempotency_key: str | None = None
     ) -> tuple[Job, bool]:
-        """Create a job; ``(job, replayed)``.
+        """Create a job owned by ``who``; ``(job, replayed)``.
 
         With an ``idempotency_key`` already used by this owner for the same request, the
         original job is returned with ``replayed=True`` (nothing is created).
 
         Raises:
-            InvalidRequest: unknown task, parameters of the wrong shape, invalid schedule,
-                options beyond this deployment's limits, a malformed idempotency key.
+            Forbidden: a read-only token (403).
+            InvalidRequest: unknown task, parameters of the wrong shape, invalid schedule, an
+                interval below the smallest one, options beyond this deployment's limits, a
+                malformed idempotency key.
+            QuotaExceeded: ``createsPerSecond`` (with a retry time) or ``activeJobs`` (429).
             IdempotencyKeyReused: the key was used for a different request (409).
             StoreUnavailable: nothing was stored (503).
         """
-        job = self._new_job(owner, body, idempotency_key)
+        who.require_write()
+        job = self._new_job(who.user, body, idempotency_key)
+        await self._check_create_quotas(who.user)
         digest = hashlib.sha256(_canonical.encode(body)).hexdigest() if idempotency_key else None
+        entry = audit_entry(who, AuditAction.CREATED, job.id, job.owner, job.created_at)
         try:
-            job = await self.store.create_job(job, request_hash=digest)
+            job = await self.store.create_job(job, request_hash=digest, audit=entry)
         except IdempotencyKeyReused as e:
             if e.same_request:
                 return e.job, True
             raise
         await self._notify(job)
-        await self._event(job, "created")
+        await self._event(job, "created", who)
         log.info(
             "job %s created (%s)",
             job.id,
@@ -137,6 +152,7 @@ class JobService:
         spec.decode_params(body.parameters)
         now = self.clock.now()
         sched = schedules.normalize(body.schedule, now, grace_s=body.misfire_grace_seconds)
+        quotas.check_schedule(self.config.quotas, sched, now)
         max_attempts = body.max_attempts or spec.max_attempts
         self._check_attempts(max_attempts)
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
@@ -169,42 +185,117 @@ class JobService:
                 FieldError("maxAttempts", f"must be at most {self.config.max_attempts_limit} here")
             )
 
-    async def get(self, owner: str, job_id: str) -> Job:
-        return await self.store.get_job(owner, job_id)
+    async def _check_create_quotas(self, owner: str) -> None:
+        """Raises: QuotaExceeded: ``owner`` may not create a job now."""
+        limits = self.config.quotas
+        rate = limits.creates
+        if rate is not None:
+            [wait] = await self.store.take_tokens(
+                [TokenRequest(quotas.creates_key(owner), 1, rate)], now=self.clock.now()
+            )
+            if wait:
+                raise quotas.creates_exceeded(limits, wait)
+        if limits.active_jobs:
+            active = await self.store.count_jobs(owner, quotas.ACTIVE_JOB_STATUSES)
+            quotas.check_active_jobs(limits, active)
+
+    async def get(self, who: Principal, job_id: str) -> Job:
+        """Raises: Forbidden (no ``jobs:read``), JobNotFound (not the caller's, unless admin)."""
+        who.require_read()
+        if who.admin:
+            return await self._any_job(job_id)
+        return await self.store.get_job(who.user, job_id)
 
     async def list_jobs(
-        self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
+        self,
+        who: Principal,
+        query: JobQuery,
+        *,
+        limit: int,
+        cursor: str | None,
+        owner: str | None = None,
+        all_users: bool = False,
     ) -> Page[Job]:
-        return await self.store.list_jobs(owner, query, limit=limit, cursor=cursor)
+        """The caller's jobs; an admin's choice of ``owner``'s or (``all_users``) everyone's.
+
+        Raises:
+            Forbidden: no ``jobs:read``; another user's or everyone's jobs asked by a non-admin.
+        """
+        who.require_read()
+        whose = who.owner_filter(owner, all_users=all_users)
+        return await self.store.list_jobs(whose, query, limit=limit, cursor=cursor)
 
     async def list_executions(
-        self, owner: str, job_id: str, *, limit: int, cursor: str | None
+        self, who: Principal, job_id: str, *, limit: int, cursor: str | None
     ) -> Page[Execution]:
+        who.require_read()
+        owner = await self._owner_of(who, job_id)
         return await self.store.list_executions(owner, job_id, limit=limit, cursor=cursor)
+
+    async def list_audit(
+        self,
+        who: Principal,
+        query: AuditQuery,
+        *,
+        limit: int,
+        cursor: str | None,
+        all_users: bool = False,
+    ) -> Page[AuditRecord]:
+        """Audit records, newest first: of the caller's jobs, or (admin) of ``query.owner``'s or
+        (``all_users``) of everyone's; ``query.actor`` and ``query.job_id`` narrow them.
+
+        A job's records outlive the job (a deleted job's trail stays readable by its owner).
+
+        Raises:
+            Forbidden: no ``jobs:read``; another user's or everyone's records asked by a
+                non-admin.
+            JobNotFound: ``query.job_id`` has no record of the caller's and is no job of theirs.
+        """
+        who.require_read()
+        owner = who.owner_filter(query.owner, all_users=all_users)
+        if query.job_id is not None and who.admin and query.owner is None:
+            owner = None  # an admin reads any job's trail by its id
+        scoped = AuditQuery(owner=owner, actor=query.actor, job_id=query.job_id)
+        page = await self.store.list_audit(scoped, limit=limit, cursor=cursor)
+        if not page.items and cursor is None and query.job_id is not None:
+            await self.get(who, query.job_id)  # 404 unless the job is the caller's (or admin)
+        return page
 
     # --- control -------------------------------------------------------------------------------
 
-    async def pause(self, owner: str, job_id: str) -> Job:
+    async def pause(self, who: Principal, job_id: str) -> Job:
         """No run starts until :meth:`resume`; a run in progress continues.
 
         Raises:
+            Forbidden: a read-only token.
             JobStatusConflict: the job is not waiting for a run (finished, cancelled, paused).
         """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
         job = await self.store.get_job(owner, job_id)
         if job.next_run_at is None and not job.recurring:
             raise JobStatusConflict(job_id, job.status, "paused: it has no run left")
+        now = self.clock.now()
         job = await self.store.update_job(
             owner,
             job_id,
             JobChange("paused", allowed_from=LIVE, status=JobStatus.PAUSED, next_run_at=None),
-            now=self.clock.now(),
+            now=now,
+            audit=audit_entry(who, AuditAction.PAUSED, job_id, owner, now),
         )
-        await self._event(job, "paused")
+        await self._event(job, "paused", who)
         log.info("job %s PAUSED", job_id, extra={"job_id": job_id})
         return job
 
-    async def resume(self, owner: str, job_id: str) -> Job:
-        """Schedule the next occurrence after now (no storm of the runs missed while paused)."""
+    async def resume(self, who: Principal, job_id: str) -> Job:
+        """Schedule the next occurrence after now (no storm of the runs missed while paused).
+
+        Raises:
+            Forbidden: a read-only token.
+            JobStatusConflict: the job is not paused.
+        """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
         job = await self.store.get_job(owner, job_id)
         now = self.clock.now()
         anchor = job.last_scheduled_for or job.created_at  # an interval keeps its phase
@@ -219,45 +310,74 @@ class JobService:
                 next_run_at=nxt,
             ),
             now=now,
+            audit=audit_entry(who, AuditAction.RESUMED, job_id, owner, now),
         )
         await self._notify(job)
-        await self._event(job, "resumed")
+        await self._event(job, "resumed", who)
         log.info("job %s resumed; next run %s", job_id, nxt, extra={"job_id": job_id})
         return job
 
-    async def cancel(self, owner: str, job_id: str) -> Job:
-        """No further run starts; a running run is cancelled cooperatively (ends CANCELLED)."""
+    async def cancel(self, who: Principal, job_id: str) -> Job:
+        """No further run starts; a running run is cancelled cooperatively (ends CANCELLED).
+
+        Raises:
+            Forbidden: a read-only token.
+            JobStatusConflict: the job is finished or cancelled.
+        """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
+        now = self.clock.now()
         job = await self.store.update_job(
             owner,
             job_id,
             JobChange(
                 "cancelled", allowed_from=CHANGEABLE, status=JobStatus.CANCELLED, next_run_at=None
             ),
-            now=self.clock.now(),
+            now=now,
+            audit=audit_entry(who, AuditAction.CANCELLED, job_id, owner, now),
         )
         await self._mark_cancelled(job_id)
-        await self._event(job, "cancelled")
+        await self._event(job, "cancelled", who)
         log.info("job %s CANCELLED", job_id, extra={"job_id": job_id})
         return job
 
-    async def delete(self, owner: str, job_id: str) -> None:
-        """Cancel the job's runs and delete it with its history."""
-        job = await self.store.get_job(owner, job_id)
-        await self._mark_cancelled(job_id)
-        await self.store.delete_job(owner, job_id)
-        await self._event(job, "deleted")
-        log.info("job %s deleted", job_id, extra={"job_id": job_id})
-
-    async def trigger(self, owner: str, job_id: str) -> Execution:
-        """An extra run now, outside the schedule (``trigger: manual``), whatever the policies.
+    async def delete(self, who: Principal, job_id: str) -> None:
+        """Cancel the job's runs and delete it with its runs (its audit records stay).
 
         Raises:
-            JobStatusConflict: the job is cancelled.
+            Forbidden: a read-only token.
         """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
+        job = await self.store.get_job(owner, job_id)
+        await self._mark_cancelled(job_id)
+        entry = audit_entry(who, AuditAction.DELETED, job_id, owner, self.clock.now())
+        await self.store.delete_job(owner, job_id, audit=entry)
+        await self._event(job, "deleted", who)
+        log.info("job %s deleted", job_id, extra={"job_id": job_id})
+
+    async def trigger(self, who: Principal, job_id: str) -> Execution:
+        """An extra run now, outside the schedule (``trigger: manual``), whatever the policies.
+        It counts against the job owner's ``runsPerMinute``.
+
+        Raises:
+            Forbidden: a read-only token.
+            JobStatusConflict: the job is cancelled.
+            QuotaExceeded: ``runsPerMinute`` of the job's owner (429, with a retry time).
+        """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
         job = await self.store.get_job(owner, job_id)
         if job.status == JobStatus.CANCELLED:
             raise JobStatusConflict(job_id, job.status, "triggered")
         now = self.clock.now()
+        rate = self.config.quotas.runs
+        if rate is not None:
+            [wait] = await self.store.take_tokens(
+                [TokenRequest(quotas.runs_key(owner), 1, rate)], now=now
+            )
+            if wait:
+                raise quotas.runs_exceeded(self.config.quotas, wait)
         run = Execution(
             id=f"{job.id}:{isoformat_z(now)}!manual-{secrets.token_hex(4)}",
             job_id=job.id,
@@ -273,7 +393,8 @@ class JobService:
             trigger=RunTrigger.MANUAL,
             dispatched_by="gateway",
         )
-        await self.store.insert_execution(run)
+        entry = audit_entry(who, AuditAction.TRIGGERED, job_id, owner, now, execution_id=run.id)
+        await self.store.insert_execution(run, audit=entry)
         if self.bus is not None:
             await self.bus.publish_events([recorded_event(run)])
             message = RunMessage(
@@ -298,14 +419,17 @@ class JobService:
         log.info("job %s triggered: run %s", job_id, run.id, extra={"job_id": job_id})
         return run
 
-    async def patch(self, owner: str, job_id: str, patch: JobPatch) -> Job:
+    async def patch(self, who: Principal, job_id: str, patch: JobPatch) -> Job:
         """Change the schedule, parameters or options; the next run is recomputed from now when
         the schedule changes.
 
         Raises:
+            Forbidden: a read-only token.
             InvalidRequest: as :meth:`create`, for the changed fields.
             JobStatusConflict: the job is finished or cancelled.
         """
+        who.require_write()
+        owner = await self._owner_of(who, job_id)
         job = await self.store.get_job(owner, job_id)
         now = self.clock.now()
         spec = self.catalog.get(job.task_id)
@@ -320,6 +444,7 @@ class JobService:
         next_run_at: datetime | object | None = UNCHANGED
         if patch.schedule is not None:
             schedule = schedules.normalize(patch.schedule, now, grace_s=grace)
+            quotas.check_schedule(self.config.quotas, schedule, now)
             if job.status != JobStatus.PAUSED:
                 next_run_at = schedules.first_run_at(schedule, now)
         max_attempts = patch.max_attempts or job.max_attempts
@@ -341,17 +466,18 @@ class JobService:
             job_id,
             JobChange("changed", allowed_from=CHANGEABLE, spec=new_spec, next_run_at=next_run_at),
             now=now,
+            audit=audit_entry(who, AuditAction.CHANGED, job_id, owner, now),
         )
         await self._notify(job)
-        await self._event(job, "changed")
+        await self._event(job, "changed", who)
         log.info("job %s changed", job_id, extra={"job_id": job_id})
         return job
 
     # --- fire times ----------------------------------------------------------------------------
 
-    async def upcoming(self, owner: str, job_id: str, count: int) -> list[datetime]:
+    async def upcoming(self, who: Principal, job_id: str, count: int) -> list[datetime]:
         """The job's next ``count`` scheduled times (none while paused, cancelled or finished)."""
-        job = await self.store.get_job(owner, job_id)
+        job = await self.get(who, job_id)
         if job.status not in LIVE or job.next_run_at is None:
             return []
         return schedules.upcoming(job.schedule, job.next_run_at, count)
@@ -396,6 +522,21 @@ class JobService:
 
     # --- helpers -------------------------------------------------------------------------------
 
+    async def _any_job(self, job_id: str) -> Job:
+        """The job ``job_id`` of whichever owner (for admins). Raises: JobNotFound."""
+        found = await self.store.get_jobs([job_id])
+        if not found:
+            raise JobNotFound(f"job {job_id} not found")
+        return found[0]
+
+    async def _owner_of(self, who: Principal, job_id: str) -> str:
+        """Whose job ``job_id`` is, as far as ``who`` may know: the caller's own id (the store
+        then answers 404 for another user's job), or for an admin the job's real owner (an
+        owner never changes, so the lookup cannot go stale). Raises: JobNotFound."""
+        if not who.admin:
+            return who.user
+        return (await self._any_job(job_id)).owner
+
     async def _notify(self, job: Job) -> None:
         """Tell the partition's scheduler (best effort: its safety scan finds the job anyway)."""
         if self.bus is None or job.next_run_at is None:
@@ -407,7 +548,7 @@ class JobService:
         except BusUnavailable as e:
             log.warning("job %s stored; notice not sent (%s); the scan will find it", job.id, e)
 
-    async def _event(self, job: Job, event: JobEventType) -> None:
+    async def _event(self, job: Job, event: JobEventType, who: Principal) -> None:
         if self.bus is None:
             return
         await self.bus.publish_events(
@@ -420,6 +561,7 @@ class JobService:
                     status=job.status,
                     at=self.clock.now(),
                     next_run_at=job.next_run_at,
+                    actor=who.user,
                 )
             ]
         )

@@ -23,6 +23,7 @@ import aiohttp
 import click
 import msgspec
 
+from core.access import SCOPES, Role, parse_scope
 from core.errors import ConfigError, JobschedError
 from core.model import Event, JobEvent
 from core.settings import Settings, load_settings
@@ -281,6 +282,21 @@ def worker() -> None:
 @main.command()
 @click.option("--user", required=True, help="The user the token identifies (its `sub`).")
 @click.option(
+    "--role",
+    type=click.Choice([r.value for r in Role]),
+    default=Role.USER.value,
+    show_default=True,
+    help="user: the user's own jobs; admin: every user's jobs (each action recorded as the "
+    "admin's).",
+)
+@click.option(
+    "--scope",
+    default=" ".join(sorted(SCOPES)),
+    show_default=True,
+    help="What the token may do, space-separated: jobs:read, jobs:write "
+    "('jobs:read' alone is a read-only token).",
+)
+@click.option(
     "--ttl-hours",
     type=click.FloatRange(min=0, min_open=True),
     default=24.0,
@@ -293,10 +309,14 @@ def worker() -> None:
     default=None,
     help="Use the dev secret kept in this data dir when JOBSCHED_AUTH_SECRET is unset.",
 )
-def token(user: str, ttl_hours: float, data_dir: Path | None) -> None:
+def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | None) -> None:
     """Print a bearer token for USER signed with the configured secret."""
     if not user.strip():
         raise click.BadParameter("must not be empty", param_hint="--user")
+    try:
+        scopes = parse_scope(scope)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--scope") from None
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
     dev_dir = Path(settings.data_dir)
     has_dev_secret = (dev_dir / "auth-secret").exists()
@@ -304,7 +324,9 @@ def token(user: str, ttl_hours: float, data_dir: Path | None) -> None:
         secret = auth_secret(settings, create_in=dev_dir if has_dev_secret else None)
     except ConfigError as e:
         raise click.ClickException(e.message) from None
-    click.echo(mint_token(secret, user, ttl=timedelta(hours=ttl_hours)))
+    click.echo(
+        mint_token(secret, user, ttl=timedelta(hours=ttl_hours), role=Role(role), scopes=scopes)
+    )
 
 
 # --- client commands -------------------------------------------------------------------------

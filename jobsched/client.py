@@ -20,6 +20,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NatsConnection
 
+from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
 T = TypeVar("T")
@@ -29,6 +30,7 @@ _jobs_decoder = msgspec.json.Decoder(Page[Job])
 _executions_decoder = msgspec.json.Decoder(Page[Execution])
 _problem_decoder = msgspec.json.Decoder(Problem)
 _execution_decoder = msgspec.json.Decoder(Execution)
+_audit_decoder = msgspec.json.Decoder(Page[AuditRecord])
 
 
 class FireTimes(msgspec.Struct, frozen=True, rename="camel"):
@@ -44,11 +46,15 @@ class ApiError(Exception):
     Attributes:
         status: HTTP status.
         problem: the RFC 9457 problem body (None if the body was not one).
+        retry_after: the ``Retry-After`` header in seconds (429 of a rate quota, 503), or None.
     """
 
-    def __init__(self, status: int, problem: Problem | None, text: str) -> None:
+    def __init__(
+        self, status: int, problem: Problem | None, text: str, retry_after: float | None = None
+    ) -> None:
         self.status = status
         self.problem = problem
+        self.retry_after = retry_after
         detail = problem.detail if problem and problem.detail else text
         super().__init__(f"HTTP {status}: {detail}")
 
@@ -148,7 +154,12 @@ class JobschedClient:
                     problem = _problem_decoder.decode(data)
                 except msgspec.DecodeError:
                     problem = None
-                raise ApiError(resp.status, problem, data.decode(errors="replace"))
+                raise ApiError(
+                    resp.status,
+                    problem,
+                    data.decode(errors="replace"),
+                    _retry_after(resp.headers.get("Retry-After")),
+                )
             return data, dict(resp.headers)
 
     async def create_job(self, body: JobCreate | dict[str, Any]) -> Job:
@@ -257,7 +268,10 @@ class JobschedClient:
         end_time: datetime | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        owner: str | None = None,
+        all_users: bool = False,
     ) -> Page[Job]:
+        """``GET /jobs``; ``owner`` and ``all_users`` need an admin token."""
         params = _params(
             status=status,
             lastRunStatus=last_run_status,
@@ -265,8 +279,40 @@ class JobschedClient:
             endTime=end_time.isoformat() if end_time else None,
             limit=str(limit) if limit else None,
             cursor=cursor,
+            owner=owner,
+            allUsers="true" if all_users else None,
         )
         return _jobs_decoder.decode(await self._request("GET", "/jobs", params=params))
+
+    async def job_audit(
+        self, job_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[AuditRecord]:
+        """``GET /jobs/{id}/audit``: the job's audit records, newest first."""
+        params = _params(limit=str(limit) if limit else None, cursor=cursor)
+        return _audit_decoder.decode(
+            await self._request("GET", f"/jobs/{job_id}/audit", params=params)
+        )
+
+    async def list_audit(
+        self,
+        *,
+        owner: str | None = None,
+        actor: str | None = None,
+        job_id: str | None = None,
+        all_users: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """``GET /audit``; ``owner`` (another user) and ``all_users`` need an admin token."""
+        params = _params(
+            owner=owner,
+            actor=actor,
+            jobId=job_id,
+            allUsers="true" if all_users else None,
+            limit=str(limit) if limit else None,
+            cursor=cursor,
+        )
+        return _audit_decoder.decode(await self._request("GET", "/audit", params=params))
 
     async def list_executions(
         self, job_id: str, *, limit: int | None = None, cursor: str | None = None
@@ -304,6 +350,14 @@ class JobschedClient:
 
 def _params(**kw: str | None) -> dict[str, str]:
     return {k: v for k, v in kw.items() if v is not None}
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in delay-seconds (an HTTP date is not used by jobsched)."""
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
 
 
 class NatsJobschedClient:
@@ -358,7 +412,13 @@ class NatsJobschedClient:
                 problem = _problem_decoder.decode(msg.data)
             except msgspec.DecodeError:
                 problem = None
-            raise ApiError(int(code), problem, (msg.headers or {}).get("Nats-Service-Error", ""))
+            hdrs = msg.headers or {}
+            raise ApiError(
+                int(code),
+                problem,
+                hdrs.get("Nats-Service-Error", ""),
+                _retry_after(hdrs.get("Retry-After")),
+            )
         return bytes(msg.data)
 
     async def create_job(
@@ -385,3 +445,7 @@ class NatsJobschedClient:
 
     async def trigger_job(self, job_id: str) -> Execution:
         return _execution_decoder.decode(await self._call("trigger", {"id": job_id}))
+
+    async def audit(self, **filters: Any) -> Page[AuditRecord]:
+        """Filters as ``GET /audit`` (camelCase): jobId, owner, actor, allUsers, limit, cursor."""
+        return _audit_decoder.decode(await self._call("audit", filters))

@@ -139,6 +139,7 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
         max_attempts_limit=settings.max_deliver,
         ws_buffer=settings.ws_buffer_events,
         ws_stall_s=settings.ws_stall_seconds,
+        quotas=settings.quotas,
     )
 
 

@@ -58,7 +58,7 @@ async def test_cancel_stops_a_running_run_and_every_later_one(stack: Stack, pref
             {
                 "taskId": "sleep",
                 "parameters": {"seconds": 60},
-                "schedule": {"type": "interval", "everySeconds": 0.2},
+                "schedule": {"type": "interval", "everySeconds": 1},
             }
         )
         await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=10)
