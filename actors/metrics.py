@@ -98,6 +98,7 @@ class Metrics:
         dispatched_runs / redispatched_runs: counters of runs published for the first time, and
             of lost runs re-published from the store (scheduler).
         skipped_runs: counter of occurrences that did not run, by ``reason`` (scheduler).
+        held_runs: counter of runs held back by their owner's runs-per-minute quota (scheduler).
         heap_size / owned_partitions: gauges of the scheduler's state.
         schedule_to_start / run_duration / runs / retries: per ``task`` (worker).
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
@@ -128,6 +129,12 @@ class Metrics:
             "jobsched_skipped_runs_total",
             "Occurrences that did not run, by reason (misfire, overlap, orphan).",
             ["reason"],
+            registry=registry,
+        )
+        self.held_runs = Counter(
+            "jobsched_quota_held_runs_total",
+            "Due runs a scheduler held back because their owner was over the runs-per-minute "
+            "quota (each is planned again when the quota allows; counted at every hold).",
             registry=registry,
         )
         self.heap_size = Gauge(

@@ -16,6 +16,14 @@ publishes its prepared runs before it hands its partitions back. Behind both, th
 sweep publishes every unfinished run whose last transition is older than the re-dispatch timeout
 and whose message is no longer in the work stream (lost, purged, or acked while its final status
 event was lost), with the same execution id. The store, not NATS, is the source of truth.
+
+Runs-per-minute quota: before step 1, the runs a batch would record are taken from their owners'
+token buckets in the store (shared with the other schedulers and the gateways' manual
+triggers). A job whose runs the quota does not allow now is *held back*: nothing is recorded,
+its ``nextRunAt`` stays where it is, and it is planned again when its owner's bucket will have
+refilled enough. A job held past its misfire grace then follows its misfire policy like a job
+that was due while no scheduler ran, and its misfire record names the quota. No occurrence is
+dropped without a record; other users' runs are never delayed by one user's.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import msgspec
@@ -53,6 +62,7 @@ from core.model import (
     StatusEvent,
 )
 from core.ports import Dispatch, JobStore
+from core.quotas import Quotas, TokenRequest, runs_key
 from core.schedule import DEFAULT_MISFIRE_GRACE_S
 from core.timeutil import to_epoch_ms
 
@@ -83,6 +93,7 @@ class SchedulerConfig:
         drain_s: on :meth:`Scheduler.stop`, how long the runs already prepared may take to be
             published at their due times before the partitions are handed back anyway
             (seconds, beyond ``prepare_ahead_s``); the successor publishes what is left.
+        quotas: the per-user limits; the scheduler enforces ``runs_per_minute``.
     """
 
     partitions: int = 64
@@ -95,6 +106,7 @@ class SchedulerConfig:
     misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S
     duplicate_window_s: float = 120.0
     drain_s: float = 5.0
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 class Scheduler:
@@ -142,6 +154,8 @@ class Scheduler:
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
+        self._held: dict[str, int] = {}  # job id -> partition: jobs the runs quota held back
+        self._held_owners: set[str] = set()
         self.at_due = FireHeap()
         self.prepared: TimedQueue[RunMessage] = TimedQueue()
         self._prepared_changed = asyncio.Event()
@@ -256,6 +270,8 @@ class Scheduler:
     def _lost(self, partitions: frozenset[int]) -> None:
         """Partitions taken away: stop dispatching them and forget their heap entries."""
         dropped = self.heap.drop_partitions(partitions)
+        self.at_due.drop_partitions(partitions)
+        self._held = {j: p for j, p in self._held.items() if p not in partitions}
         log.info("%s dropped %d partition(s), %d heap entries", self.name, len(partitions), dropped)
 
     async def _pause(self, seconds: float) -> None:
@@ -366,6 +382,7 @@ class Scheduler:
             for j in await self.store.get_jobs(job_ids)
             if j.next_run_at is not None and j.partition in owned
         ]
+        self._forget_held(set(job_ids) - {j.id for j in jobs})
         chain = await self._plan(jobs, now)
         if not chain:
             return
@@ -403,8 +420,8 @@ class Scheduler:
         """
         previous = await self._previous_runs(jobs, now)
         ahead = now + timedelta(seconds=self.config.prepare_ahead_s)
-        chain: list[tuple[Dispatch, Job, datetime]] = []
-        for job in jobs:
+        decided: list[_Decided] = []
+        for job in sorted(jobs, key=lambda j: due_at(j) or now):  # earliest first to the quota
             when = max(now, due_at(job) or now)
             if when > ahead:  # not due yet (its entry was stale, or its jitter delays it)
                 if when <= self._window_end:
@@ -414,19 +431,74 @@ class Scheduler:
             if when > now and prev is not None and prev.status in ACTIVE_EXECUTION_STATUSES:
                 self.at_due.push(job.id, when, job.partition)
                 continue
+            waited = self._waiting.pop(job.id, None)
+            held = job.id in self._held
             try:
                 plan = plan_job(
                     job,
                     when,
                     previous=prev,
-                    buffered=self._waiting.pop(job.id, None) is not None,
+                    buffered=waited is not None,
                     scheduler_id=self.scheduler_id,
+                    held_by=HELD_BY_QUOTA if held else None,
                 )
             except Exception:  # a bulkhead: one job that cannot be planned must not stop the rest
                 log.exception("%s: cannot plan job %s; skipping it this time", self.name, job.id)
                 continue
-            chain.extend((d, job, when) for d in await self._follow(job, plan))
+            decided.append(_Decided(job, plan, when, waited))
+        chain: list[tuple[Dispatch, Job, datetime]] = []
+        for d in await self._within_quota(decided, now):
+            self._held.pop(d.job.id, None)
+            chain.extend((x, d.job, d.when) for x in await self._follow(d.job, d.plan))
         return chain
+
+    def _forget_held(self, job_ids: Collection[str]) -> None:
+        """Jobs no longer due here (deleted, paused, finished, moved) are no longer held."""
+        if self._held:
+            for job_id in job_ids:
+                self._held.pop(job_id, None)
+
+    async def _within_quota(self, decided: list[_Decided], now: datetime) -> list[_Decided]:
+        """The decisions whose runs their owners' runs-per-minute quota allows now; the others
+        are held back (see module docstring) and planned again at the time the quota names."""
+        rate = self.config.quotas.runs
+        asking = [d for d in decided if d.plan.queued]
+        if rate is None or not asking:
+            return decided
+        waits = await self.store.take_tokens(
+            [TokenRequest(runs_key(d.job.owner), len(d.plan.queued), rate) for d in asking],
+            now=now,
+        )
+        denied = {id(d): w for d, w in zip(asking, waits, strict=True) if w}
+        granted_owners = {d.job.owner for d in asking if id(d) not in denied}
+        for owner in granted_owners & self._held_owners:
+            self._held_owners.discard(owner)
+            log.info("%s: user %r is within the runs-per-minute quota again", self.name, owner)
+        for d in decided:
+            wait = denied.get(id(d))
+            if wait is not None:  # whole milliseconds, at least one: a hold never spins
+                self._hold(d, now + timedelta(milliseconds=max(1, math.ceil(wait * 1000))))
+        return [d for d in decided if id(d) not in denied]
+
+    def _hold(self, d: _Decided, until: datetime) -> None:
+        """Hold ``d``'s job back until ``until``: planned again then (not earlier — a held job
+        must not spin on its bucket), its ``bufferOne`` wait kept."""
+        job = d.job
+        if d.waited is not None:
+            self._waiting[job.id] = d.waited
+        self._held[job.id] = job.partition
+        self.at_due.push(job.id, until, job.partition)
+        self.metrics.held_runs.inc(len(d.plan.queued))
+        if job.owner not in self._held_owners and len(self._held_owners) < 10_000:
+            self._held_owners.add(job.owner)
+            log.info(
+                "%s: user %r is over the runs-per-minute quota (%d); holding runs back",
+                self.name,
+                job.owner,
+                self.config.quotas.runs_per_minute,
+                extra={"job_id": job.id, "partition": job.partition},
+            )
+        log.debug("job %s held back by the runs quota until %s", job.id, until)
 
     def _skipped(self, run: Execution) -> None:
         assert run.skip_reason is not None
@@ -581,6 +653,21 @@ class Scheduler:
         ]
         log.warning("%s: re-dispatching %d run(s) whose message was lost", self.name, len(messages))
         await self._publish(messages)
+
+
+HELD_BY_QUOTA = "held back by the owner's runs-per-minute quota"
+"""Named in the misfire record of a job that the runs quota held past its misfire grace."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """A due job's plan, before its owner's runs quota allows it: ``waited`` is the bufferOne
+    run it was waiting for (restored if the job is held back)."""
+
+    job: Job
+    plan: JobPlan
+    when: datetime
+    waited: str | None
 
 
 def _resendable(job: Job, run: Execution) -> bool:

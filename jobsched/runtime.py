@@ -114,6 +114,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         redispatch_after_s=settings.redispatch_after,
         prepare_ahead_s=settings.prepare_ahead_seconds,
         duplicate_window_s=settings.duplicate_window_seconds,
+        quotas=settings.quotas,
     )
 
 
