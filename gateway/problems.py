@@ -74,7 +74,10 @@ def problem(
 
 def quota_limit(quota: QuotaExceeded | None) -> ProblemLimit | None:
     """The ``limit`` member of a ``quota_exceeded`` problem."""
-    return None if quota is None else ProblemLimit(name=quota.limit, value=quota.value)
+    if quota is None:
+        return None
+    value = quota.value
+    return ProblemLimit(name=quota.limit, value=int(value) if float(value).is_integer() else value)
 
 
 def retry_after(seconds: float) -> str:

@@ -10,6 +10,7 @@ store is changed.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
@@ -186,18 +187,28 @@ class JobService:
             )
 
     async def _check_create_quotas(self, owner: str) -> None:
-        """Raises: QuotaExceeded: ``owner`` may not create a job now."""
+        """Take a creation token and count the active jobs, concurrently (a write and a read).
+
+        Raises:
+            QuotaExceeded: ``owner`` may not create a job now (the rate is checked first).
+        """
         limits = self.config.quotas
         rate = limits.creates
-        if rate is not None:
-            [wait] = await self.store.take_tokens(
-                [TokenRequest(quotas.creates_key(owner), 1, rate)], now=self.clock.now()
-            )
-            if wait:
-                raise quotas.creates_exceeded(limits, wait)
-        if limits.active_jobs:
-            active = await self.store.count_jobs(owner, quotas.ACTIVE_JOB_STATUSES)
-            quotas.check_active_jobs(limits, active)
+        take = self.store.take_tokens(
+            [TokenRequest(quotas.creates_key(owner), 1, rate)] if rate else [],
+            now=self.clock.now(),
+        )
+        count = self.store.count_jobs(
+            owner, quotas.ACTIVE_JOB_STATUSES if limits.active_jobs else ()
+        )
+        waits, active = await asyncio.gather(take, count, return_exceptions=True)
+        for outcome in (waits, active):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(waits, list) and isinstance(active, int)
+        if waits and waits[0]:
+            raise quotas.creates_exceeded(limits, waits[0])
+        quotas.check_active_jobs(limits, active)
 
     async def get(self, who: Principal, job_id: str) -> Job:
         """Raises: Forbidden (no ``jobs:read``), JobNotFound (not the caller's, unless admin)."""

@@ -467,6 +467,8 @@ class SqliteStore:
         self._create_lock = asyncio.Lock()
         self._creates: list[tuple[Job, asyncio.Future[None]]] = []
         self._create_audits: dict[str, AuditEntry] = {}
+        self._take_lock = asyncio.Lock()
+        self._takes: list[tuple[list[TokenRequest], datetime, asyncio.Future[list[float]]]] = []
 
     async def open(self) -> None:
         if self._writer is not None:
@@ -916,27 +918,59 @@ class SqliteStore:
         return int(rows[0][0])
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
-        """See :meth:`core.ports.JobStore.take_tokens`: one transaction (SQLite's write lock
-        makes it atomic across processes), committed without an fsync of its own: a bucket lost
-        to a power failure only refills early, and the next durable commit syncs it anyway."""
+        """See :meth:`core.ports.JobStore.take_tokens`. Concurrent calls share one transaction,
+        as creations do (each caller's requests applied in turn, at its own ``now``); SQLite's
+        write lock makes it atomic across processes. It is committed without an fsync of its
+        own: a bucket lost to a power failure only refills early."""
         if not requests:
             return []
-        keys = sorted({r.key for r in requests})
-        async with self._light_transaction() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT key, tokens, updated_at FROM quota_buckets "
-                f"WHERE key IN ({', '.join('?' * len(keys))})",
-                keys,
-            )
-            buckets = {r[0]: Bucket(r[1], from_epoch_ms(r[2])) for r in rows}
-            changed, waits = take_all(buckets, list(requests), now)
-            await conn.executemany(
-                "INSERT INTO quota_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET tokens = excluded.tokens, "
-                "updated_at = excluded.updated_at",
-                [(k, b.tokens, to_epoch_ms(b.updated_at)) for k, b in changed.items()],
-            )
-        return waits
+        done: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        self._takes.append((list(requests), now, done))
+        async with self._take_lock:
+            if not done.done():
+                batch, self._takes = self._takes, []
+                try:
+                    await self._take_batch(batch)
+                finally:
+                    for _, _, waiting in batch:  # the leader was cancelled: fail, never hang
+                        if not waiting.done():
+                            waiting.set_exception(StoreUnavailable("the update was interrupted"))
+        return await done
+
+    async def _take_batch(
+        self, batch: list[tuple[list[TokenRequest], datetime, asyncio.Future[list[float]]]]
+    ) -> None:
+        keys = sorted({r.key for requests, _, _ in batch for r in requests})
+        results: list[list[float]] = []
+        try:
+            async with self._light_transaction() as conn:
+                state: dict[str, Bucket] = {}
+                for i in range(0, len(keys), 500):
+                    chunk = keys[i : i + 500]
+                    rows = await conn.execute_fetchall(
+                        "SELECT key, tokens, updated_at FROM quota_buckets "
+                        f"WHERE key IN ({', '.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                    state.update((r[0], Bucket(r[1], from_epoch_ms(r[2]))) for r in rows)
+                changed: dict[str, Bucket] = {}
+                for requests, now, _ in batch:
+                    after, waits = take_all(state, requests, now)
+                    state.update(after)
+                    changed.update(after)
+                    results.append(waits)
+                await conn.executemany(
+                    "INSERT INTO quota_buckets (key, tokens, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET tokens = excluded.tokens, "
+                    "updated_at = excluded.updated_at",
+                    [(k, b.tokens, to_epoch_ms(b.updated_at)) for k, b in changed.items()],
+                )
+        except StoreUnavailable as e:
+            for _, _, done in batch:
+                done.set_exception(e)
+            return
+        for (_, _, done), waits in zip(batch, results, strict=True):
+            done.set_result(waits)
 
     async def list_audit(
         self, query: AuditQuery, *, limit: int, cursor: str | None
