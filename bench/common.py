@@ -273,6 +273,16 @@ class Proc:
         return self.popen.pid
 
 
+NO_QUOTAS = {
+    "JOBSCHED_QUOTA_ACTIVE_JOBS": "0",
+    "JOBSCHED_QUOTA_MIN_INTERVAL_SECONDS": "0",
+    "JOBSCHED_QUOTA_CREATES_PER_SECOND": "0",
+    "JOBSCHED_QUOTA_RUNS_PER_MINUTE": "0",
+}
+"""Benchmarks measure one user ("bench") at full load: the per-user quotas are off unless a
+benchmark's ``env`` sets them (README "Security model")."""
+
+
 class Deployment:
     """A private nats-server plus jobsched in a :class:`Layout`, in a fresh temp dir.
 
@@ -329,6 +339,7 @@ class Deployment:
                 "JOBSCHED_HTTP_HOST": "127.0.0.1",
                 "JOBSCHED_LOG_LEVEL": "WARNING",
                 "PYTHONUNBUFFERED": "1",
+                **NO_QUOTAS,
             }
         )
         env.update(self.extra_env)

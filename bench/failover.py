@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.ownership import CLUSTER_MIN_TTL_S
-from bench.common import percentile
+from bench.common import NO_QUOTAS, percentile
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, find_nats_server
 from tests.faults.cluster import Cluster, cluster, failover_seconds, lost_and_duplicates, now
@@ -70,6 +70,7 @@ def settings_for(scenario: str, tmp: Path, url: str, args: argparse.Namespace) -
         auth_secret="bench-secret-0123456789abcdef0123456789",
         http_port=0,
         log_level="INFO",
+        **{k.removeprefix("JOBSCHED_").lower(): v for k, v in NO_QUOTAS.items()},
         **extra,
     )
 
