@@ -166,6 +166,26 @@ def check_active_jobs(quotas: Quotas, active: int) -> None:
         )
 
 
+def must_count(quotas: Quotas, counted: tuple[int, datetime] | None, now: datetime) -> bool:
+    """Whether a creation must count the owner's active jobs, given an earlier count
+    ``(active jobs, when)`` (None: none).
+
+    Only creations make a job active (resuming turns PAUSED into SCHEDULED, both active; a
+    finished job never becomes active again), and the creations bucket — shared by every
+    gateway — grants at most its capacity plus its rate per second since any instant. So while
+    that bound stays below the quota, no count can reach it and none is needed. Without the
+    creations quota there is no bound: every creation counts.
+    """
+    if not quotas.active_jobs:
+        return False
+    rate = quotas.creates
+    if counted is None or rate is None:
+        return True
+    active, at = counted
+    since = max(0.0, (now - at).total_seconds())
+    return active + rate.capacity + rate.per_second * since >= quotas.active_jobs
+
+
 def creates_exceeded(quotas: Quotas, wait_s: float) -> QuotaExceeded:
     return QuotaExceeded(
         f"quota exceeded: at most {quotas.creates_per_second:g} job creations per second "

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import logging
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -63,6 +64,8 @@ _canonical = msgspec.json.Encoder(order="sorted")
 LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
 CHANGEABLE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.PAUSED})
 MAX_PREVIEW = 1000
+COUNTS_KEPT = 10_000
+"""Owners whose latest active-jobs count a gateway remembers (least recently used dropped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,7 @@ class JobService:
         self.clock = clock
         self.config = config
         self.markers = markers
+        self._counted: OrderedDict[str, tuple[int, datetime]] = OrderedDict()
 
     # --- create and read -----------------------------------------------------------------------
 
@@ -187,20 +191,20 @@ class JobService:
             )
 
     async def _check_create_quotas(self, owner: str) -> None:
-        """Take a creation token and count the active jobs, concurrently (a write and a read).
+        """Take a creation token and, when it can matter (:func:`core.quotas.must_count`),
+        count the owner's active jobs — concurrently: a write and a read.
 
         Raises:
             QuotaExceeded: ``owner`` may not create a job now (the rate is checked first).
         """
         limits = self.config.quotas
         rate = limits.creates
+        now = self.clock.now()
+        counting = quotas.must_count(limits, self._counted.get(owner), now)
         take = self.store.take_tokens(
-            [TokenRequest(quotas.creates_key(owner), 1, rate)] if rate else [],
-            now=self.clock.now(),
+            [TokenRequest(quotas.creates_key(owner), 1, rate)] if rate else [], now=now
         )
-        count = self.store.count_jobs(
-            owner, quotas.ACTIVE_JOB_STATUSES if limits.active_jobs else ()
-        )
+        count = self.store.count_jobs(owner, quotas.ACTIVE_JOB_STATUSES if counting else ())
         waits, active = await asyncio.gather(take, count, return_exceptions=True)
         for outcome in (waits, active):
             if isinstance(outcome, BaseException):
@@ -208,7 +212,15 @@ class JobService:
         assert isinstance(waits, list) and isinstance(active, int)
         if waits and waits[0]:
             raise quotas.creates_exceeded(limits, waits[0])
-        quotas.check_active_jobs(limits, active)
+        if counting:
+            self._remember_count(owner, active, now)
+            quotas.check_active_jobs(limits, active)
+
+    def _remember_count(self, owner: str, active: int, at: datetime) -> None:
+        self._counted[owner] = (active, at)
+        self._counted.move_to_end(owner)
+        if len(self._counted) > COUNTS_KEPT:
+            self._counted.popitem(last=False)
 
     async def get(self, who: Principal, job_id: str) -> Job:
         """Raises: Forbidden (no ``jobs:read``), JobNotFound (not the caller's, unless admin)."""

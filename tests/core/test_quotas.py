@@ -24,6 +24,7 @@ from core.quotas import (
     TokenRequest,
     check_active_jobs,
     check_schedule,
+    must_count,
     take,
     take_all,
 )
@@ -150,3 +151,13 @@ def test_a_job_held_past_its_grace_names_the_quota_in_its_misfire_record() -> No
     assert queued.status == ExecutionStatus.QUEUED and queued.scheduled_for == later(60)
     plain = plan_job(job, later(60), previous=None, buffered=False, scheduler_id="s")
     assert plain.dispatches[0].execution.skip_reason == "misfire"
+
+
+def test_the_active_jobs_are_counted_only_when_the_creation_rate_could_reach_the_quota() -> None:
+    quotas = Quotas(active_jobs=100, creates_per_second=10, creates_burst=20)
+    assert must_count(quotas, None, T0), "nothing counted yet"
+    assert not must_count(quotas, (50, T0), later(2.9)), "50 + 20 + 10/s * 2.9 s < 100"
+    assert must_count(quotas, (50, T0), later(3)), "50 + 20 + 30 reaches 100"
+    assert must_count(quotas, (90, T0), T0)
+    assert must_count(Quotas(active_jobs=100, creates_per_second=0), (0, T0), T0), "no bound"
+    assert not must_count(Quotas(active_jobs=0), None, T0), "no quota"

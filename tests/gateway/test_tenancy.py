@@ -365,3 +365,21 @@ async def test_manual_runs_count_against_the_owners_runs_per_minute(tmp_path: Pa
         await d.clock.advance(30)
         status, _, _ = await b.call("POST", path, user="bob")
         assert status == 201
+
+
+async def test_active_jobs_hold_across_gateways_that_count_only_when_it_can_matter(
+    tmp_path: Path,
+) -> None:
+    """A gateway recounts when the shared creation rate could have filled the quota since its
+    last count — so another gateway's creations are never missed."""
+    quotas = Quotas(active_jobs=3, creates_per_second=1, creates_burst=1, runs_per_minute=0)
+    async for d in deployment(tmp_path, quotas, gateways=2):
+        a, b = d.gateways
+        for gw in (a, b, a):
+            await gw.create()
+            await d.clock.advance(1)
+        status, problem, _ = await b.call("POST", "/jobs", body=CRON)
+        assert (status, problem["limit"]["name"]) == (429, "activeJobs")
+        await d.clock.advance(1)
+        status, problem, _ = await a.call("POST", "/jobs", body=CRON)
+        assert (status, problem["limit"]["name"]) == (429, "activeJobs")
