@@ -418,9 +418,9 @@ async def job_audit(request: web.Request) -> web.Response:
     """``GET /jobs/{id}/audit``: the job's audit records, newest first (they outlive the job)."""
     q = request.query
     _only(q, AUDIT_PARAMS)
-    page = await request.app[SERVICE].list_audit(
+    page = await request.app[SERVICE].job_audit(
         request[PRINCIPAL],
-        AuditQuery(job_id=request.match_info["job_id"]),
+        request.match_info["job_id"],
         limit=_limit_param(q),
         cursor=q.get("cursor") or None,
     )

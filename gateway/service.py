@@ -272,16 +272,27 @@ class JobService:
         Raises:
             Forbidden: no ``jobs:read``; another user's or everyone's records asked by a
                 non-admin.
-            JobNotFound: ``query.job_id`` has no record of the caller's and is no job of theirs.
         """
         who.require_read()
         owner = who.owner_filter(query.owner, all_users=all_users)
         if query.job_id is not None and who.admin and query.owner is None:
             owner = None  # an admin reads any job's trail by its id
         scoped = AuditQuery(owner=owner, actor=query.actor, job_id=query.job_id)
-        page = await self.store.list_audit(scoped, limit=limit, cursor=cursor)
-        if not page.items and cursor is None and query.job_id is not None:
-            await self.get(who, query.job_id)  # 404 unless the job is the caller's (or admin)
+        return await self.store.list_audit(scoped, limit=limit, cursor=cursor)
+
+    async def job_audit(
+        self, who: Principal, job_id: str, *, limit: int, cursor: str | None
+    ) -> Page[AuditRecord]:
+        """The audit records of one job, newest first (:meth:`list_audit` with ``job_id``).
+
+        Raises:
+            Forbidden: no ``jobs:read``.
+            JobNotFound: the job has no record the caller may read and is no job of theirs
+                (an admin: no job at all).
+        """
+        page = await self.list_audit(who, AuditQuery(job_id=job_id), limit=limit, cursor=cursor)
+        if not page.items and cursor is None:
+            await self.get(who, job_id)  # 404 unless the job exists for the caller
         return page
 
     # --- control -------------------------------------------------------------------------------
