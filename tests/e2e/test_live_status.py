@@ -183,7 +183,12 @@ def read_until_close(sock: socket.socket) -> tuple[int, int]:
 async def test_a_slow_client_is_cut_off_while_a_fast_one_keeps_receiving(
     make_settings: SettingsFactory,
 ) -> None:
-    async with start_stack(make_settings(ws_buffer_events=20, ws_stall_seconds=1.0)) as stack:
+    settings = make_settings(
+        ws_buffer_events=20,
+        ws_stall_seconds=1.0,
+        quota_creates_per_second=0,  # 400 jobs of one user at once
+    )
+    async with start_stack(settings) as stack:
         client = stack.client()
         jobs = await asyncio.gather(*(client.create_job({"taskId": "noop"}) for _ in range(400)))
         for j in jobs:

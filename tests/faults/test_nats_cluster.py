@@ -55,6 +55,7 @@ async def test_leases_survive_the_election_after_the_leader_node_is_killed(
         ack_wait_seconds=5.0,
         redispatch_after_seconds=20.0,
         log_level="INFO",
+        quota_creates_per_second=0,  # one user creates 150 jobs at once
     )
     async with cluster(settings, tmp_path) as c:
         c.start("scheduler", "s1")
