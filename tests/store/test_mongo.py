@@ -1384,3 +1384,22 @@ def _diff(a: Any, b: Any) -> Any:
         return [_diff(x, y) for x, y in zip(a, b, strict=False)] + [len(a), len(b)]
     fields = getattr(a, "__struct_fields__", ())
     return {f: (getattr(a, f), getattr(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
+
+
+async def test_an_audit_record_that_cannot_be_written_is_logged_and_the_change_stands(
+    store: MongoStore, fake: FakeAsyncMongoClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record follows the change (no transaction): a failed insert loses the record, never
+    the change, and the whole record reaches the log."""
+    await store.create_job(job("j1"))
+    pause = JobChange("paused", allowed_from=frozenset({JobStatus.SCHEDULED}),
+                      status=JobStatus.PAUSED, next_run_at=None)  # fmt: skip
+    entry = audit_entry(Principal("root", Role.ADMIN), AuditAction.PAUSED, "j1", "alice", at(1))
+    fake.fail(AutoReconnect("connection reset"), op="insert_one")
+    with caplog.at_level("ERROR", logger="store.mongo"):
+        after = await store.update_job("alice", "j1", pause, now=at(1), audit=entry)
+    assert after.status == JobStatus.PAUSED == (await store.get_job("alice", "j1")).status
+    assert (await store.list_audit(AuditQuery(job_id="j1"), limit=5, cursor=None)).items == []
+    [line] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "audit record of job j1 not stored" in line.getMessage()
+    assert entry.id in line.getMessage() and '"actor":"root"' in line.getMessage()
