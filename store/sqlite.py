@@ -24,9 +24,10 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
+    DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
@@ -51,8 +52,10 @@ from core.ports import (
     JobStatusConflict,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
+from core.values import storable_event
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
+from store.rows import RowReader
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,20 @@ CREATE INDEX IF NOT EXISTS executions_owner_status
     ON executions (owner, status, scheduled_for DESC);
 CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    error TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    execution_id TEXT,
+    job_id TEXT,
+    owner TEXT,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
 """
 
 MIGRATIONS = (
@@ -413,6 +430,22 @@ def _summary_params(ev: StatusEvent) -> dict[str, Any]:
     }
 
 
+def _dead_letter_from_row(row: sqlite3.Row) -> DeadLetter:
+    return DeadLetter(
+        id=row["id"],
+        at=from_epoch_ms(row["at"]),
+        source=row["source"],
+        reason=row["reason"],
+        error=row["error"],
+        subject=row["subject"],
+        size=row["size"],
+        execution_id=row["execution_id"],
+        job_id=row["job_id"],
+        owner=row["owner"],
+        data=bytes(row["data"]),
+    )
+
+
 def path_from_url(url: str) -> Path:
     """The database file of a URL or a plain path.
 
@@ -438,6 +471,7 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         self._creates: list[tuple[Job, asyncio.Future[None]]] = []
+        self.rows = RowReader("sqlite")
 
     async def open(self) -> None:
         if self._writer is not None:
@@ -545,15 +579,15 @@ class SqliteStore:
         try:
             async with self._transaction() as conn:
                 await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
-        except sqlite3.IntegrityError:
-            for job, done in batch:  # a duplicate id: find it, insert the others one by one
+        except (sqlite3.IntegrityError, StoreRejected):
+            for job, done in batch:  # a duplicate id or a job refused: each on its own
                 try:
                     async with self._transaction() as conn:
                         await conn.execute(JOB_INSERT, (*_job_row(job), None))
                     done.set_result(None)
                 except sqlite3.IntegrityError:
                     done.set_exception(Conflict(f"job {job.id} exists"))
-                except StoreUnavailable as e:
+                except (StoreUnavailable, StoreRejected) as e:
                     done.set_exception(e)
             return
         except StoreUnavailable as e:
@@ -640,7 +674,7 @@ class SqliteStore:
                 f"WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             )
-            out.extend(_execution_from_row(r) for r in rows)
+            out.extend(self._runs(rows))
         return out
 
     async def get_job(self, owner: str, job_id: str) -> Job:
@@ -714,7 +748,7 @@ class SqliteStore:
             rows = await self._fetch(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
             )
-            jobs.extend(_job_from_row(r) for r in rows)
+            jobs.extend(self._jobs_of(rows))
         return jobs
 
     async def due_jobs(
@@ -728,7 +762,7 @@ class SqliteStore:
             "AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
             [*parts, to_epoch_ms(until), limit],
         )
-        return [_job_from_row(r) for r in rows]
+        return self._jobs_of(rows)
 
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         if not runs:
@@ -782,6 +816,7 @@ class SqliteStore:
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
         if not events:
             return 0
+        events = [storable_event(ev) for ev in events]
         async with self._transaction() as conn:
             before = conn.total_changes
             await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
@@ -820,11 +855,58 @@ class SqliteStore:
             "AND updated_at >= ? ORDER BY updated_at LIMIT ?",
             [*parts, to_epoch_ms(updated_before), after, limit],
         )
-        return [_execution_from_row(r) for r in rows]
+        return self._runs(rows)
+
+    def _jobs_of(self, rows: Sequence[sqlite3.Row]) -> list[Job]:
+        return self.rows.decode(rows, _job_from_row, what="job", key=lambda r: r["id"])
+
+    def _runs(self, rows: Sequence[sqlite3.Row]) -> list[Execution]:
+        return self.rows.decode(rows, _execution_from_row, what="execution", key=lambda r: r["id"])
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
+        if not letters:
+            return 0
+        async with self._transaction() as conn:
+            before = conn.total_changes
+            await conn.executemany(
+                "INSERT OR IGNORE INTO dead_letters (id, at, source, reason, error, subject, "
+                "size, execution_id, job_id, owner, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        x.id,
+                        to_epoch_ms(x.at),
+                        x.source,
+                        x.reason,
+                        x.error,
+                        x.subject,
+                        x.size,
+                        x.execution_id,
+                        x.job_id,
+                        x.owner,
+                        x.data,
+                    )
+                    for x in letters
+                ],
+            )
+            return conn.total_changes - before
+
+    async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
+        rows = await self._fetch(
+            "SELECT id, at, source, reason, error, subject, size, execution_id, job_id, owner, "
+            "data FROM dead_letters ORDER BY at DESC, id DESC LIMIT ?",
+            [limit],
+        )
+        return self.rows.decode(
+            rows, _dead_letter_from_row, what="dead letter", key=lambda r: r["id"]
+        )
 
 
 class _translated:
-    """Context manager turning sqlite3 operational errors into StoreUnavailable."""
+    """Context manager turning driver errors into the store's: a value SQLite cannot bind (an
+    integer beyond 64 bits, a lone surrogate, a string or blob over SQLite's limit) into
+    :class:`StoreRejected` (this write, for good); operational errors (locked, busy, I/O, disk
+    full, a damaged file) into :class:`StoreUnavailable` (the store, for now). Constraint
+    violations go through: the caller knows what a duplicate key means."""
 
     def __enter__(self) -> None:
         return None
@@ -832,10 +914,26 @@ class _translated:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
-            exc, sqlite3.IntegrityError
-        ):
+        if exc is None or isinstance(exc, sqlite3.IntegrityError):
+            return
+        if isinstance(
+            exc,
+            OverflowError
+            | UnicodeEncodeError
+            | sqlite3.DataError
+            | sqlite3.ProgrammingError
+            | sqlite3.InterfaceError,
+        ) and not _closed(exc):
+            raise StoreRejected(
+                f"the store refuses this write: {type(exc).__name__}: {exc}"
+            ) from exc
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
             log.warning("sqlite error: %s", exc)
             raise StoreUnavailable(f"the store cannot be used right now: {exc}") from exc
-        if isinstance(exc, ValueError) and "closed" in str(exc).lower():
+        if isinstance(exc, ValueError) and _closed(exc):
             raise StoreUnavailable("the store connection is closed") from exc
+
+
+def _closed(exc: BaseException) -> bool:
+    """A call on a closed connection (aiosqlite's ValueError, sqlite3's ProgrammingError)."""
+    return "closed" in str(exc).lower()
