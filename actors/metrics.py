@@ -72,6 +72,9 @@ DURATION_BUCKETS = (
 SKIP_REASONS = ("misfire", "overlap", "orphan")
 """Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
 
+DEAD_LETTER_REASONS = ("undecodable", "rejected")
+"""Values of the ``reason`` label of ``jobsched_dead_letters_total``."""
+
 UNKNOWN_TASK = "unknown"
 """``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
 
@@ -103,6 +106,7 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
+        dead_letters: counter of status events the recorder set aside, by ``reason``.
     """
 
     def __init__(self) -> None:
@@ -190,6 +194,16 @@ class Metrics:
             "Failed attempts of the recorder to write a batch of status events to the store.",
             registry=registry,
         )
+        self.dead_letters = Counter(
+            "jobsched_dead_letters_total",
+            "Status events the recorder set aside as dead letters (stored in the store's "
+            "dead_letters), by reason: undecodable (not a status event) or rejected (the store "
+            "refuses its write for good).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason=reason)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
 

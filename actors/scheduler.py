@@ -35,7 +35,7 @@ from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
 from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
-from core.errors import BusUnavailable, StoreUnavailable
+from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
 from core.model import (
@@ -52,7 +52,7 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, JobStore
+from core.ports import Dispatch, DispatchOutcome, JobStore
 from core.schedule import DEFAULT_MISFIRE_GRACE_S
 from core.timeutil import to_epoch_ms
 
@@ -148,6 +148,7 @@ class Scheduler:
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
         self.metrics = metrics or Metrics()
+        self._rejected: set[str] = set()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -213,6 +214,10 @@ class Scheduler:
                 await self._step()
             except (StoreUnavailable, BusUnavailable) as e:
                 log.warning("%s: %s; retrying in 1 s", self.name, e)
+                await self._pause(1.0)
+                continue
+            except StoreRejected as e:  # a read or a sweep write: a bug, never a crash loop
+                log.error("%s: %s; retrying in 1 s", self.name, e)
                 await self._pause(1.0)
                 continue
             finally:
@@ -369,11 +374,10 @@ class Scheduler:
         chain = await self._plan(jobs, now)
         if not chain:
             return
-        outcomes = await self.store.dispatch([d for d, _, _ in chain])
         events: list[Event] = []
         ready: list[tuple[datetime, RunMessage]] = []
         upcoming: dict[str, tuple[datetime | None, int]] = {}
-        for (d, job, when), outcome in zip(chain, outcomes, strict=True):
+        for (d, job, when), outcome in await self._record(chain):
             if not outcome.advanced:
                 continue
             if d.execution.status == ExecutionStatus.QUEUED:
@@ -394,6 +398,44 @@ class Scheduler:
                 self.prepared.add(when, message)
             if ready:
                 self._prepared_changed.set()
+
+    async def _record(
+        self, chain: list[tuple[Dispatch, Job, datetime]]
+    ) -> list[tuple[tuple[Dispatch, Job, datetime], DispatchOutcome]]:
+        """Dispatch ``chain`` in one store call; each entry with its outcome.
+
+        A chain the store refuses for good (:class:`StoreRejected`) is halved until the refused
+        dispatch stands alone: its job is held back (logged once; the next scan tries it again)
+        and every other job's run goes out. The store's compare-and-set keeps a job's chain
+        consistent whichever half its entries land in.
+        """
+        try:
+            outcomes = await self.store.dispatch([d for d, _, _ in chain])
+        except StoreRejected as e:
+            if len(chain) == 1:
+                self._held_back(chain[0][1], e)
+                return []
+            mid = len(chain) // 2
+            return await self._record(chain[:mid]) + await self._record(chain[mid:])
+        self._rejected.difference_update(job.id for _, job, _ in chain)
+        return list(zip(chain, outcomes, strict=True))
+
+    def _held_back(self, job: Job, error: StoreRejected) -> None:
+        extra = {"job_id": job.id, "partition": job.partition}
+        if job.id in self._rejected:
+            log.debug("%s: job %s still cannot be dispatched: %s", self.name, job.id, error)
+            return
+        if len(self._rejected) >= 10_000:
+            self._rejected.clear()
+        self._rejected.add(job.id)
+        log.error(
+            "%s: the store refuses to record a run of job %s for good (%s); holding the job "
+            "back, the other jobs are dispatched",
+            self.name,
+            job.id,
+            error,
+            extra=extra,
+        )
 
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.

@@ -172,6 +172,18 @@ class Delivery:
         """1 for the first delivery, +1 for each redelivery (ack-wait expiry or nak)."""
         return int(self._msg.metadata.num_delivered)
 
+    @property
+    def subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def stored_id(self) -> str:
+        """``<stream>:<stream sequence>:<stored at, ms since the epoch>``: the identity of the
+        stored message, the same on every redelivery (and not reused by a re-created stream,
+        whose sequences start again)."""
+        md = self._msg.metadata
+        return f"{md.stream}:{md.sequence.stream}:{int(md.timestamp.timestamp() * 1000)}"
+
     async def ack(self) -> None:
         with translated("ack"):
             await self._msg.ack()
