@@ -40,7 +40,7 @@ import heapq
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -778,21 +778,29 @@ class MongoStore:
         self, partitions: Collection[int], until: datetime, *, limit: int
     ) -> list[Job]:
         """See :meth:`core.ports.JobStore.due_jobs`: one query per chunk of at most
-        :data:`MAX_SCANS_TO_EXPLODE` partitions, each in index order, merged."""
+        :data:`MAX_SCANS_TO_EXPLODE` partitions, each answered in index order, merged.
+
+        Once ``limit`` jobs are in hand, later chunks are asked only for jobs due no later
+        than the ``limit``-th earliest so far, so a backlog beyond ``limit`` costs a few times
+        ``limit`` documents, not one ``limit`` per chunk (with fewer due jobs, all of them).
+        """
         if not partitions or limit < 1:
             return []
-        found: list[list[Job]] = []
+        found: list[Job] = []
         for chunk in chunks(partitions):
+            bound = (
+                until if len(found) < limit else min(until, found[limit - 1].next_run_at or until)
+            )
             with translated("due jobs"):
                 docs = (
-                    await self._jobs.find(due_query(chunk, until))
+                    await self._jobs.find(due_query(chunk, bound))
                     .sort([("nextRunAt", ASCENDING)])
                     .limit(limit)
                     .to_list()
                 )
-            found.append(self._jobs_of(docs))
-        merged = heapq.merge(*found, key=lambda j: j.next_run_at or until)
-        return list(merged)[:limit]
+            merged = heapq.merge(found, self._jobs_of(docs), key=lambda j: j.next_run_at or until)
+            found = list(merged)[:limit]
+        return found
 
     async def stale_executions(
         self,
@@ -805,17 +813,20 @@ class MongoStore:
         """See :meth:`core.ports.JobStore.stale_executions`; chunked as :meth:`due_jobs`."""
         if not partitions or limit < 1:
             return []
-        found: list[list[Execution]] = []
+        found: list[Execution] = []
         for chunk in chunks(partitions):
+            bound = updated_before
+            if len(found) >= limit:  # no later than the limit-th oldest so far (ms precision)
+                bound = min(bound, found[limit - 1].updated_at + timedelta(milliseconds=1))
             with translated("stale executions"):
                 docs = (
-                    await self._executions.find(stale_query(chunk, updated_before, updated_after))
+                    await self._executions.find(stale_query(chunk, bound, updated_after))
                     .sort([("updatedAt", ASCENDING)])
                     .limit(limit)
                     .to_list()
                 )
-            found.append(self._runs(docs))
-        return list(heapq.merge(*found, key=lambda e: e.updated_at))[:limit]
+            found = list(heapq.merge(found, self._runs(docs), key=lambda e: e.updated_at))[:limit]
+        return found
 
     def _jobs_of(self, docs: list[Document]) -> list[Job]:
         return self.rows.decode(

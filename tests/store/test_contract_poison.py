@@ -18,7 +18,7 @@ import pytest
 
 from core.errors import StoreRejected
 from core.model import DeadLetter, ExecutionStatus, OnceSchedule
-from core.ports import JobStore
+from core.ports import Dispatch, JobStore
 from core.values import MAX_DEPTH, MAX_ERROR_CHARS, MAX_INT, MIN_INT, storable_result
 from store.mongo import EXECUTIONS, JOBS, MongoStore
 from store.sqlite import SqliteStore
@@ -31,6 +31,7 @@ from tests.store.test_contract import (
     create,
     dispatched,
     event,
+    make_execution,
     make_job,
 )
 
@@ -172,6 +173,19 @@ async def test_due_jobs_over_every_partition_are_the_earliest_in_order(store: Jo
                     key=lambda j: j.next_run_at or T0)[:30]  # fmt: skip
     assert [j.next_run_at for j in due] == [j.next_run_at for j in wanted]
     assert len({j.id for j in due}) == 30
+
+
+async def test_stale_runs_over_every_partition_are_the_oldest_in_order(store: JobStore) -> None:
+    jobs = [make_job(f"s{p:04d}", partition=p, next_run_at=T0) for p in range(0, 4096, 11)]
+    await create(store, *jobs)
+    for i, j in enumerate(jobs):  # dispatched at scattered times: updatedAt = createdAt = then
+        run = make_execution(j, T0, now=at((i * 53) % 97))
+        await store.dispatch([Dispatch(run, expected_next_run_at=T0, next_run_at=at(500))])
+
+    stale = await store.stale_executions(set(range(4096)), at(80), limit=25)
+
+    times = sorted(at((i * 53) % 97) for i in range(len(jobs)) if at((i * 53) % 97) < at(80))
+    assert [e.updated_at for e in stale] == times[:25]
 
 
 async def corrupt_job(store: JobStore, job_id: str) -> None:
