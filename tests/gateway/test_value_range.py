@@ -9,6 +9,7 @@ and over the MongoDB store on its in-process fake.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from core.clock import SystemClock
+from core.errors import StoreRejected
 from core.ports import JobQuery, JobStore
 from core.tasks import TaskContext
 from core.values import MAX_DEPTH, MAX_INT, MIN_INT
@@ -176,3 +178,45 @@ async def test_an_idempotency_key_that_is_not_utf8_is_422(api: Api) -> None:
     assert head.startswith(b"HTTP/1.1 422"), answer[:200]
     assert msgspec.json.decode(payload)["errors"][0]["field"] == "Idempotency-Key"
     assert await stored_jobs(api) == 0
+
+
+class RejectingStore(SqliteStore):
+    async def create_job(self, job: Any, *, request_hash: str | None = None) -> Any:
+        raise StoreRejected("the store refuses this write (test): DocumentValidationFailure")
+
+
+async def test_a_write_the_store_refuses_for_good_is_a_logged_500_problem_never_a_503(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not "unavailable" (a client would retry forever); not hidden either: it means the
+    validation let through something the store refuses (or an operator's validator did)."""
+    store = RejectingStore(tmp_path / "x.db")
+    await store.open()
+    deps = GatewayDeps(
+        store=store,
+        bus=None,
+        catalog=catalog(),
+        clock=SystemClock(),
+        config=GatewayConfig(auth_secret="s" * 32, partitions=8, max_body_bytes=4096),
+    )
+    server = TestServer(create_app(deps), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            with caplog.at_level(logging.ERROR, logger="gateway.app"):
+                async with session.post(
+                    f"{str(server.make_url('')).rstrip('/')}/jobs",
+                    json={"taskId": "noop"},
+                    headers=auth(),
+                ) as resp:
+                    problem = await resp.json(content_type=None)
+                    assert resp.status == 500 and "Retry-After" not in resp.headers
+    finally:
+        await server.close()
+        await store.close()
+    assert problem["code"] == "store_rejected" and problem["title"] == "Internal error"
+    assert [
+        r
+        for r in caplog.records
+        if "store_rejected" in r.getMessage() or "refuses" in r.getMessage()
+    ]
