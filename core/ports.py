@@ -179,6 +179,8 @@ class JobStore(Protocol):
         Raises:
             IdempotencyKeyReused: the owner already has a job with this key.
             Conflict: a job with this id exists.
+            StoreRejected: the store cannot hold this job (it alone: jobs committed together
+                with it are not affected).
         """
         ...
 
@@ -257,6 +259,10 @@ class JobStore(Protocol):
         """Record due runs; see :class:`Dispatch`. Outcomes are in the order of ``runs``.
 
         Idempotent: repeating a dispatch creates no second execution and advances no job twice.
+
+        Raises:
+            StoreRejected: a run of the batch can never be recorded (the caller dispatches the
+                others without it; compare-and-set keeps each job's chain consistent).
         """
         ...
 

@@ -9,6 +9,7 @@ with ``JOBSCHED_TEST_MONGODB_URL``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -129,6 +130,31 @@ async def test_an_event_no_store_can_write_is_rejected_and_its_batch_applies_wit
 
     stored = {e.id: e.status for e in await store.get_executions([r.id for r in runs])}
     assert stored == {runs[0].id: RUNNING, runs[1].id: ExecutionStatus.QUEUED, runs[2].id: RUNNING}
+
+
+async def test_a_job_the_store_refuses_fails_alone_not_the_jobs_committed_with_it(
+    store: JobStore,
+) -> None:
+    """SQLite commits concurrent creates in one transaction (group commit): one job it cannot
+    bind (here an owner no store can encode; the gateway never sends one) must fail alone."""
+    good = [make_job(f"good-{i}") for i in range(3)]
+    bad = make_job("bad", owner="user-\udcff")
+
+    results = await asyncio.gather(
+        *(store.create_job(j) for j in (good[0], bad, *good[1:])), return_exceptions=True
+    )
+
+    assert [type(r) for r in results] == [
+        type(good[0]),
+        StoreRejected,
+        type(good[0]),
+        type(good[0]),
+    ]
+    assert sorted(j.id for j in await store.get_jobs([j.id for j in [*good, bad]])) == [
+        "good-0",
+        "good-1",
+        "good-2",
+    ]
 
 
 def letter(letter_id: str, minutes: float, **fields: Any) -> DeadLetter:
