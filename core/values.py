@@ -35,7 +35,7 @@ Two policies, one range:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -70,8 +70,47 @@ def value_problem(value: Any, path: str) -> FieldError | None:
     (``path`` is the value's own field, e.g. ``parameters``; a nested one reads
     ``parameters.items[2].n``), or None if all of it is within.
 
-    ``value`` is what msgspec decodes JSON into: None, bool, int, float, str, list, dict.
+    ``value`` is what msgspec decodes JSON into: None, bool, int, float, str, list, dict. A
+    value within the range is checked in one pass that builds no paths; only a value outside
+    it is walked again, to name the field.
     """
+    if _fits(value, 0):
+        return None
+    return _first_problem(value, path)
+
+
+def _fits(value: Any, depth: int) -> bool:
+    """Whether ``value`` (at nesting ``depth``) is within the range: the fast pass."""
+    if isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            return False
+        for key in value:
+            if type(key) is not str or NUL in key or not is_text(key):
+                return False
+        return _items_fit(value.values(), depth)
+    if isinstance(value, list):
+        return depth < MAX_DEPTH and _items_fit(value, depth)
+    return _scalar_problem(value) is None
+
+
+def _items_fit(items: Iterable[Any], depth: int) -> bool:
+    for child in items:
+        kind = type(child)
+        if kind is int:
+            if not MIN_INT <= child <= MAX_INT:
+                return False
+        elif kind is str:
+            if not child.isascii() and not is_text(child):
+                return False
+        elif kind is float:
+            if not math.isfinite(child):
+                return False
+        elif not (kind is bool or child is None or _fits(child, depth + 1)):
+            return False
+    return True
+
+
+def _first_problem(value: Any, path: str) -> FieldError | None:
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -156,6 +195,8 @@ def storable_result(result: Any) -> Any:
         size = 0  # a lone surrogate: measured after coercion
     if size > MAX_RESULT_BYTES:
         return {"truncated": True, "bytes": size}
+    if size and _fits(plain, 0):
+        return plain
     coerced = _coerce(plain, 0)
     size = len(_json.encode(coerced))
     return coerced if size <= MAX_RESULT_BYTES else {"truncated": True, "bytes": size}

@@ -3,6 +3,7 @@ bounded — checked against BSON itself, so "within the range" means "MongoDB ca
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from core.values import (
     MAX_PARAMETERS_BYTES,
     MAX_RESULT_BYTES,
     MIN_INT,
+    _first_problem,
     check_parameters,
     storable_error,
     storable_event,
@@ -82,6 +84,34 @@ def test_the_range_is_what_bson_can_hold() -> None:
     assert value_problem(edge, "parameters") is None
     check_parameters(edge)
     assert bson_storable(edge)
+
+
+SCALARS = [None, True, 0, MAX_INT, MIN_INT, 2**63, -(2**63) - 1, 1.5, float("nan"), "x",
+           "\udcff", "ü", (1, 2)]  # fmt: skip
+KEYS = ["a", "b.c", "$d", "k\x00", "\ud800", "ü"]
+
+
+def random_value(rng: random.Random, budget: list[int], depth: int = 0) -> Any:
+    """A random JSON-ish value of at most ``budget[0]`` nodes, now and then outside the range
+    (nested too deeply, beyond 64 bits, NUL or a lone surrogate, NaN, not JSON)."""
+    budget[0] -= 1
+    roll = rng.random()
+    if budget[0] > 0 and roll < 0.45:
+        return [random_value(rng, budget, depth + 1) for _ in range(rng.randint(0, 2))]
+    if budget[0] > 0 and roll < 0.9:
+        keys = rng.choices(KEYS, weights=[20, 5, 5, 1, 1, 5], k=2)
+        return {k: random_value(rng, budget, depth + 1) for k in keys}
+    return rng.choices(SCALARS, weights=[3, 3, 3, 3, 3, 1, 1, 3, 1, 3, 1, 3, 1])[0]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_fast_check_and_the_field_naming_walk_agree(seed: int) -> None:
+    rng = random.Random(seed)
+    value: Any = random_value(rng, [120])
+    for _ in range(rng.choice([0, 0, 27, 29, 30, 31])):  # near the depth bound, now and then
+        value = [value]
+    value = {"p": value}
+    assert (value_problem(value, "parameters") is None) == (_first_problem(value, "x") is None)
 
 
 def test_parameters_are_bounded_in_size() -> None:
