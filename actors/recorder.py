@@ -34,16 +34,25 @@ class Recorder:
         bus: connected NATS adapter.
         store: the job store.
         batch: most events applied per store call.
+        ack_wait_s: the ack wait of the recorders' consumer (seconds); while the store is
+            unavailable, in-progress acks keep the batch at least every third of it.
         metrics: where it counts recorded events and failed store writes; default: a registry
             of its own.
     """
 
     def __init__(
-        self, bus: Bus, store: JobStore, *, batch: int = 512, metrics: Metrics | None = None
+        self,
+        bus: Bus,
+        store: JobStore,
+        *,
+        batch: int = 512,
+        ack_wait_s: float = 30.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
         self.batch = batch
+        self._max_pause_s = min(5.0, ack_wait_s / 3)
         self.name = "recorder"
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -94,7 +103,7 @@ class Recorder:
                 with contextlib.suppress(BusUnavailable):
                     await d.term()
         deliveries = good
-        delay = 0.2
+        delay = min(0.2, self._max_pause_s)
         while True:
             raise_if_cancelling()
             try:
@@ -109,7 +118,7 @@ class Recorder:
                     with contextlib.suppress(BusUnavailable):
                         await d.in_progress()
                 await self._pause(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, self._max_pause_s)
         self.recorded += len(events)
         self.metrics.events_recorded.inc(len(events))
         finished = sorted({e.job_id for e in events if e.status in TERMINAL_EXECUTION_STATUSES})

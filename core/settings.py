@@ -45,6 +45,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             ``jobsched_queue_depth`` gauge of their queues from JetStream (seconds).
         queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.
         ack_wait_seconds: JetStream ack wait of the work consumers (seconds).
+        recorder_ack_wait_seconds: JetStream ack wait of the recorders' consumer of the status
+            stream (seconds, 1 to 3600): how long a batch of status events may stay unacknowledged
+            (being written to the store) before JetStream delivers it again, to any recorder. A
+            recorder waiting for an unavailable store keeps its batch with in-progress acks; a
+            longer store call than this (``store_timeout_seconds`` and a slow write) makes the
+            batch be recorded twice (harmless, the writes are idempotent), and a dead recorder's
+            batch waits this long before another recorder takes it.
         max_deliver: JetStream max deliveries of the work consumers; caps jobs' ``maxAttempts``.
         worker_concurrency: runs of ``io`` tasks a worker process executes at once.
         worker_cpu_slots: processes in a worker's pool for ``cpu`` tasks; 0 = one per core.
@@ -90,6 +97,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     queue_depth_interval_seconds: Positive = 5.0
     queues: str = "default"
     ack_wait_seconds: Positive = 30.0
+    recorder_ack_wait_seconds: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 30.0
     max_deliver: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
     worker_concurrency: PositiveInt = 64
     worker_cpu_slots: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -97,6 +97,7 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
         servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
         prefix=settings.subject_prefix,
         ack_wait_s=settings.ack_wait_seconds,
+        recorder_ack_wait_s=settings.recorder_ack_wait_seconds,
         max_deliver=settings.max_deliver,
         duplicate_window_s=settings.duplicate_window_seconds,
         status_retention_s=settings.status_retention_seconds,
@@ -352,7 +353,8 @@ async def serve(
             actors.append(make_scheduler(settings, store, bus, clock, markers, metrics))
         if roles.runs_recorder:
             assert store is not None
-            actors.append(Recorder(bus, store, metrics=metrics))
+            ack_wait_s = settings.recorder_ack_wait_seconds
+            actors.append(Recorder(bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
         if roles.worker:
             assert catalog is not None
             config = worker_config(settings)

@@ -29,6 +29,7 @@ def test_values_are_parsed_from_strings() -> None:
             "JOBSCHED_QUEUES": "default, reports ,,cpu",
             "JOBSCHED_LOG_FORMAT": "json",
             "JOBSCHED_NATS_URL": "nats://a:4222,nats://b:4222",
+            "JOBSCHED_RECORDER_ACK_WAIT_SECONDS": "90",
         }
     )
 
@@ -38,6 +39,7 @@ def test_values_are_parsed_from_strings() -> None:
     assert isinstance(s.retry_backoff_seconds, float)
     assert s.queue_names == ["default", "reports", "cpu"]
     assert (s.log_format, s.nats_url) == ("json", "nats://a:4222,nats://b:4222")
+    assert s.recorder_ack_wait_seconds == 90.0
 
 
 def test_other_variables_are_ignored() -> None:
@@ -64,6 +66,8 @@ def test_overrides_win_over_the_environment() -> None:
         ("JOBSCHED_LOG_FORMAT", "xml"),
         ("JOBSCHED_SUBJECT_PREFIX", "a.b"),
         ("JOBSCHED_MAX_DELIVER", ""),
+        ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "0.5"),
+        ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "3601"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_variable(name: str, value: str) -> None:
