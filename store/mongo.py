@@ -54,9 +54,11 @@ from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 from pymongo.write_concern import WriteConcern
 
 from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
+from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     TERMINAL_RANK,
+    Attempt,
     Execution,
     ExecutionStatus,
     Job,
@@ -116,6 +118,9 @@ JOB_STATUS_AFTER = {
 }
 """A job with no run left takes the status of its last run's outcome (as the SQLite store's
 ``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
+
+READ_BACK = {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1, "attempts": 1}
+"""Fields of an execution that :meth:`MongoStore.apply_events` reads back after its transitions."""
 
 UPDATE_ATTEMPTS = 3
 """How often a conditional write is retried when the document changed between its write and
@@ -863,13 +868,15 @@ class MongoStore:
             again, _ = await self._transitions([events[i] for i in retry], upsert=False)
             changed += again
         summaries = [ev for ev in events if ev.status != ExecutionStatus.QUEUED]
-        if not summaries:
+        observing: dict[str, list[StatusEvent]] = {}
+        for ev in events:
+            if observes_attempt(ev):
+                observing.setdefault(ev.execution_id, []).append(ev)
+        ids = list(dict.fromkeys([*(ev.execution_id for ev in summaries), *observing]))
+        if not ids:
             return changed
         with _translated("read back executions"):
-            ids = list(dict.fromkeys(ev.execution_id for ev in summaries))
-            docs = await self._executions.find(
-                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1}
-            ).to_list()
+            docs = await self._executions.find({ID: {"$in": ids}}, READ_BACK).to_list()
             now = {d[ID]: d for d in docs}
             ops = [
                 op
@@ -882,7 +889,52 @@ class MongoStore:
             ]
             if ops:
                 await self._jobs.bulk_write(ops, ordered=True)
+        await self._record_attempts(observing, now)
         return changed
+
+    async def _record_attempts(
+        self, observing: Mapping[str, Sequence[StatusEvent]], docs: Mapping[str, Document]
+    ) -> None:
+        """Merge the events into their runs' ``attempts`` (:func:`core.history.record_attempts`).
+
+        Each merged list is written with a compare-and-set on the list read (``{_id, attempts:
+        <as read>}``): a concurrent recorder's merge in between makes it match nothing, and that
+        run is read and merged again (merging is idempotent, so runs already written are left
+        alone). ``docs`` are the executions as read back by :meth:`apply_events`.
+
+        Raises:
+            StoreUnavailable: a history kept changing under :data:`UPDATE_ATTEMPTS` merges (the
+                recorder retries the batch).
+        """
+        for _ in range(UPDATE_ATTEMPTS):
+            ops, ids = [], []
+            for run_id, events in observing.items():
+                doc = docs.get(run_id)
+                if doc is None or doc.get("status") == NEVER_RAN.value:  # deleted; never ran
+                    continue
+                stored = doc.get("attempts")
+                known = msgspec.convert(stored or [], list[Attempt])
+                history = record_attempts(known, events)
+                if history == known:
+                    continue
+                read = {"$exists": False} if stored is None else stored
+                update = {
+                    "$set": {"attempts": msgspec.to_builtins(history, builtin_types=(datetime,))}
+                }
+                ops.append(UpdateOne({ID: run_id, "attempts": read}, update))
+                ids.append(run_id)
+            if not ops:
+                return
+            with _translated("record attempts"):
+                result = await self._executions.bulk_write(ops, ordered=False)
+                if result.matched_count == len(ops):
+                    return
+                again = await self._executions.find(
+                    {ID: {"$in": ids}}, {"status": 1, "attempts": 1}
+                ).to_list()
+            docs = {d[ID]: d for d in again}
+            observing = {run_id: observing[run_id] for run_id in ids}
+        raise StoreUnavailable("the attempt history of a run kept changing; retry")
 
     async def _transitions(
         self, events: Sequence[StatusEvent], *, upsert: bool

@@ -25,8 +25,10 @@ import aiosqlite
 import msgspec
 
 from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
+    Attempt,
     Execution,
     ExecutionStatus,
     Job,
@@ -105,7 +107,8 @@ CREATE TABLE IF NOT EXISTS executions (
     error TEXT,
     result BLOB,
     dispatched_by TEXT,
-    extra BLOB
+    extra BLOB,
+    attempts BLOB
 );
 CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_owner_status
@@ -120,6 +123,7 @@ MIGRATIONS = (
     ("jobs", "idempotency_key", "TEXT"),
     ("jobs", "request_hash", "TEXT"),
     ("jobs", "last_dispatched_for", "INTEGER"),
+    ("executions", "attempts", "BLOB"),
 )
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
@@ -140,7 +144,7 @@ JOB_INSERT = (
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result, dispatched_by, extra"
+    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts"
 )
 N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
 
@@ -226,6 +230,7 @@ JOB_STATUS_AFTER = {
 _spec_encoder = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(_Spec)
 _extra_decoder = msgspec.json.Decoder(_Extra)
+_attempts_decoder = msgspec.json.Decoder(list[Attempt])
 _json_decoder = msgspec.json.Decoder()
 _NO_EXTRA = _spec_encoder.encode(_Extra())
 
@@ -333,6 +338,7 @@ def _execution_from_row(row: sqlite3.Row) -> Execution:
         jitter_ms=extra.jitter_ms,
         skip_reason=extra.skip_reason,
         missed=extra.missed,
+        attempts=_attempts_decoder.decode(row["attempts"]) if row["attempts"] else [],
     )
 
 
@@ -367,6 +373,7 @@ def _execution_row(e: Execution) -> tuple[Any, ...]:
                 missed=e.missed,
             )
         ),
+        _spec_encoder.encode(e.attempts) if e.attempts else None,
     )
 
 
@@ -395,6 +402,7 @@ def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
         None if ev.result is None else msgspec.json.encode(ev.result),
         None,
         _NO_EXTRA,
+        None,
     )
 
 
@@ -799,7 +807,32 @@ class SqliteStore:
                     if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
                 ],
             )
+            await self._record_attempts(conn, events)
         return changed
+
+    @staticmethod
+    async def _record_attempts(conn: aiosqlite.Connection, events: Sequence[StatusEvent]) -> None:
+        """Merge the events into their runs' attempt histories (inside the write transaction
+        of :meth:`apply_events`, so no concurrent merge can interleave)."""
+        by_run: dict[str, list[StatusEvent]] = {}
+        for ev in events:
+            if observes_attempt(ev):
+                by_run.setdefault(ev.execution_id, []).append(ev)
+        ids = list(by_run)
+        updates: list[tuple[bytes, str]] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = await conn.execute_fetchall(
+                "SELECT id, attempts FROM executions "
+                f"WHERE id IN ({', '.join('?' * len(chunk))}) AND status != ?",
+                [*chunk, NEVER_RAN.value],
+            )
+            for run_id, raw in rows:
+                stored = _attempts_decoder.decode(raw) if raw else []
+                history = record_attempts(stored, by_run[run_id])
+                if history != stored:
+                    updates.append((_spec_encoder.encode(history), run_id))
+        await conn.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
 
     async def stale_executions(
         self, partitions: Collection[int], updated_before: datetime, *, limit: int

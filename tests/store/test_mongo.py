@@ -346,6 +346,35 @@ async def test_a_skipped_record_stores_its_reason_trigger_jitter_and_missed_time
     assert await store.get_execution(record.id) == record
 
 
+async def test_a_run_stores_its_attempts_as_an_array_of_documents(store: MongoStore) -> None:
+    """``attempts``: one document per attempt, oldest first, camelCase, BSON dates, every field
+    present (null included), as docs/data-model.md describes them for dashboards."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    assert (await raw(store, EXECUTIONS, d.execution.id))["attempts"] == []
+
+    await store.apply_events(
+        [
+            event(d.execution, ExecutionStatus.RUNNING, 1),
+            event(d.execution, ExecutionStatus.RETRYING, 1, error="ValueError: boom"),
+            event(d.execution, ExecutionStatus.RUNNING, 2),
+        ]
+    )
+
+    doc = await raw(store, EXECUTIONS, d.execution.id)
+    started = T0 + 2 * MIN / 60
+    assert doc["attempts"] == [
+        {"attempt": 1, "startedAt": started, "workerId": "w1", "finishedAt": T0 + 1 * MIN / 60,
+         "outcome": "RETRYING", "error": "ValueError: boom", "redelivered": False},
+        {"attempt": 2, "startedAt": started, "workerId": "w1", "finishedAt": None,
+         "outcome": None, "error": None, "redelivered": False},
+    ]  # fmt: skip
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 2]
+
+
 async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_at(
     store: MongoStore,
 ) -> None:
