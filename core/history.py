@@ -1,4 +1,6 @@
-"""A run's attempt history, decided without I/O.
+"""A run's attempt history and the retention of finished runs, decided without I/O.
+
+**Attempts.**
 
 Each execution keeps a list of its attempts (:class:`core.model.Attempt`), which the recorder
 derives from the run's status events. :func:`record_attempts` is the one rule both stores apply:
@@ -15,16 +17,26 @@ field by field with rules that do not depend on their order:
 So the history is a function of the set of events ever recorded: duplicates change nothing, and
 a late event (a RETRYING report that arrives after the next attempt's RUNNING, a redelivered
 batch, two recorders racing) fills in what it knows without rewriting anything it does not.
+
+**Retention.** A job keeps its ``historyLimit`` most recently finished runs and those finished
+less than ``historyMaxAgeSeconds`` ago — a finished run goes when either rule says so; a job
+without its own value follows the deployment's (``JOBSCHED_HISTORY_LIMIT``,
+``JOBSCHED_HISTORY_MAX_AGE_SECONDS``). Unfinished runs and the job's latest run
+(``lastExecutionId``) are always kept. :func:`prune_target` turns a job into what the store
+deletes (:class:`core.ports.PruneTarget`); the pruner actor (``actors/retention.py``) decides
+when.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import msgspec
 
-from core.model import MAX_ATTEMPTS, Attempt, ExecutionStatus, StatusEvent
+from core.model import MAX_ATTEMPTS, Attempt, ExecutionStatus, Job, StatusEvent
+from core.ports import PruneTarget
 
 ATTEMPT_ERROR_CHARS = 500
 """An attempt's error is cut to this many characters (the execution's ``error`` keeps more)."""
@@ -143,3 +155,50 @@ def record_attempts(attempts: Sequence[Attempt], events: Iterable[StatusEvent]) 
             a = msgspec.structs.replace(a, redelivered=redelivered)
         history.append(a)
     return history
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How many finished runs of a job are kept, and for how long.
+
+    Attributes:
+        keep_last: the most recently finished runs kept per job (None: no count limit).
+        max_age_s: a finished run is deleted this many seconds after it finished (None: no age
+            limit).
+    """
+
+    keep_last: int | None = 1000
+    max_age_s: float | None = 30 * 86400.0
+
+    @classmethod
+    def of_settings(cls, history_limit: int, history_max_age_seconds: float) -> Retention:
+        """The deployment's default from its settings, where 0 means "no limit"."""
+        return cls(keep_last=history_limit or None, max_age_s=history_max_age_seconds or None)
+
+
+def retention_of(job: Job, default: Retention) -> Retention:
+    """The retention that applies to ``job``: its own values, else the deployment's."""
+    return Retention(
+        keep_last=default.keep_last if job.history_limit is None else job.history_limit,
+        max_age_s=(
+            default.max_age_s
+            if job.history_max_age_seconds is None
+            else job.history_max_age_seconds
+        ),
+    )
+
+
+def prune_target(job: Job, default: Retention, now: datetime) -> PruneTarget | None:
+    """What to delete of ``job``'s history at ``now`` (aware), or None when no rule applies."""
+    rule = retention_of(job, default)
+    if rule.keep_last is None and rule.max_age_s is None:
+        return None
+    return PruneTarget(
+        job_id=job.id,
+        keep_last=rule.keep_last,
+        finished_before=None if rule.max_age_s is None else now - timedelta(seconds=rule.max_age_s),
+        keep_id=job.last_execution_id,
+    )

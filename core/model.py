@@ -217,6 +217,15 @@ TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400, description="
 
 GraceSeconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86400, description="seconds")]
 MaxCatchUp = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+HistoryLimit = Annotated[
+    int, msgspec.Meta(ge=1, le=100_000, description="finished runs kept (the latest ones)")
+]
+HistoryMaxAgeSeconds = Annotated[
+    float,
+    msgspec.Meta(
+        ge=60, le=10 * 366 * 86400, description="seconds a finished run is kept after it ended"
+    ),
+]
 
 
 class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -237,10 +246,16 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     misfire_grace_seconds: GraceSeconds = 60.0
     max_catch_up: MaxCatchUp = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: HistoryLimit | None = None
+    history_max_age_seconds: HistoryMaxAgeSeconds | None = None
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged)."""
+    """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged).
+
+    ``history_limit`` and ``history_max_age_seconds`` may be null: back to the deployment's
+    default.
+    """
 
     schedule: ScheduleIn | None = None
     parameters: dict[str, Any] | None = None
@@ -251,6 +266,8 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     misfire_grace_seconds: GraceSeconds | None = None
     max_catch_up: MaxCatchUp | None = None
     overlap_policy: OverlapPolicy | None = None
+    history_limit: HistoryLimit | msgspec.UnsetType | None = msgspec.UNSET
+    history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -260,7 +277,8 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     ``last_run_at`` is when the latest run started; ``last_dispatched_for`` the scheduled time of
     the latest run sent to the workers (the one an overlap policy looks at);
     ``last_scheduled_for`` the scheduled time of
-    the latest dispatched run.
+    the latest dispatched run. ``history_limit`` / ``history_max_age_seconds``: the job's
+    retention of finished runs (None: the deployment's default; see :mod:`core.history`).
     """
 
     id: str
@@ -275,6 +293,8 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     misfire_grace_seconds: float = 60.0
     max_catch_up: int = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
     status: JobStatus = JobStatus.SCHEDULED
     partition: int = 0
     created_at: datetime

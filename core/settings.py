@@ -65,6 +65,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         retry_backoff_seconds / retry_backoff_max_seconds: first and largest delay between attempts.
         duplicate_window_seconds: JetStream de-duplication window of the work stream.
         status_retention_seconds: how long the status stream keeps events (replay for live clients).
+        history_limit: the most recently finished runs (executions) each job keeps, unless the
+            job sets its own ``historyLimit``; older finished runs are deleted in the background.
+            0 = no count limit.
+        history_max_age_seconds: a finished run is deleted this long after it finished, unless
+            its job sets its own ``historyMaxAgeSeconds`` (seconds); 0 = no age limit. Whichever
+            rule comes first deletes a run; unfinished runs and each job's latest run are kept.
+        history_sweep_interval_seconds: how often a scheduler walks every job of its partitions
+            to apply the retention rules (seconds): the age rule for jobs without new runs, and
+            whatever a lost notice missed. Jobs with newly finished runs are pruned at once.
         stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
         lease_ttl_seconds: TTL of partition leases (seconds); renewed every third of it. A dead
             scheduler's partitions are taken over within about this long.
@@ -109,6 +118,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     retry_backoff_max_seconds: Positive = 300.0
     duplicate_window_seconds: Positive = 120.0
     status_retention_seconds: Positive = 86400.0
+    history_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
+    history_max_age_seconds: Annotated[float, msgspec.Meta(ge=0, le=10 * 366 * 86400)] = (
+        30 * 86400.0
+    )
+    history_sweep_interval_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3600.0
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
     scheduler_id: str = ""

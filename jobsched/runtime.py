@@ -23,6 +23,7 @@ from aiohttp import web
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.ownership import LeaseOwnership
 from actors.recorder import Recorder
+from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.cancel import CancelMarkers
@@ -30,6 +31,7 @@ from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
+from core.history import Retention
 from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
@@ -255,6 +257,14 @@ class Roles:
         return self.scheduler if self.recorder is None else self.recorder
 
 
+def retention_config(settings: Settings) -> RetentionConfig:
+    return RetentionConfig(
+        default=Retention.of_settings(settings.history_limit, settings.history_max_age_seconds),
+        partitions=settings.partitions,
+        sweep_interval_s=settings.history_sweep_interval_seconds,
+    )
+
+
 def make_scheduler(
     settings: Settings,
     store: JobStore,
@@ -262,8 +272,9 @@ def make_scheduler(
     clock: Clock,
     markers: CancelMarkers,
     metrics: Metrics,
-) -> Scheduler:
-    """A scheduler that shares the partitions with its peers through leases."""
+) -> list[Actor]:
+    """A scheduler that shares the partitions with its peers through leases, and the pruner
+    that applies the retention rules to the same partitions."""
     member = settings.resolved_scheduler_id
     ownership = LeaseOwnership(
         LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),
@@ -271,7 +282,10 @@ def make_scheduler(
         settings.partitions,
         ttl_s=settings.lease_ttl_seconds,
     )
-    return Scheduler(
+    pruner = Pruner(
+        store, bus, clock, retention_config(settings), ownership=ownership, metrics=metrics
+    )
+    scheduler = Scheduler(
         store,
         bus,
         clock,
@@ -280,7 +294,9 @@ def make_scheduler(
         scheduler_id=member,
         markers=markers,
         metrics=metrics,
+        on_finished_records=pruner.mark,
     )
+    return [scheduler, pruner]
 
 
 async def until_stopped(starting: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -350,7 +366,7 @@ async def serve(
             actors.append(NatsApi(bus, app[SERVICE], secret))
         if roles.scheduler:
             assert store is not None
-            actors.append(make_scheduler(settings, store, bus, clock, markers, metrics))
+            actors += make_scheduler(settings, store, bus, clock, markers, metrics)
         if roles.runs_recorder:
             assert store is not None
             ack_wait_s = settings.recorder_ack_wait_seconds

@@ -76,6 +76,8 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneResult,
+    PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
@@ -158,6 +160,8 @@ class IndexSpec:
 
 DUE = {"nextRunAt": {"$type": "date"}}
 """Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
+FINISHED = {"stateRank": {"$gte": TERMINAL_RANK}}
+"""Partial filter of ``executions_job_finished``: SUCCEEDED, FAILED, CANCELLED and SKIPPED runs."""
 UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
 """Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
 A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
@@ -223,6 +227,20 @@ INDEXES: tuple[IndexSpec, ...] = (
         "executions_status_scheduled",
         (("status", ASCENDING), ("scheduledFor", DESCENDING)),
         "dashboards of all users: runs by status and scheduled time, running jobs",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_job_finished",
+        (("jobId", ASCENDING), ("finishedAt", DESCENDING), (ID, DESCENDING)),
+        "prune_executions: a job's finished runs, most recently finished first (count rule) or "
+        "finished before a time (age rule)",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_partition",
+        (("partition", ASCENDING), (ID, ASCENDING)),
+        "partition_jobs: the jobs of one partition in id order (the retention sweep)",
     ),
     IndexSpec(
         EXECUTIONS,
@@ -346,6 +364,30 @@ def stale_query(partitions: Sequence[int], updated_before: datetime) -> Document
         "partition": {"$in": list(partitions)},
         "updatedAt": {"$lt": updated_before},
     }
+
+
+MOST_RECENTLY_FINISHED_FIRST = [("finishedAt", DESCENDING), (ID, DESCENDING)]
+OLDEST_FINISHED_FIRST = [("finishedAt", ASCENDING), (ID, ASCENDING)]
+
+
+def finished_query(job_id: str) -> Document:
+    """A job's finished runs (it repeats the partial filter of ``executions_job_finished``);
+    sort with :data:`MOST_RECENTLY_FINISHED_FIRST` for the count rule."""
+    return {"jobId": job_id, **FINISHED}
+
+
+def finished_before_query(job_id: str, before: datetime, keep_id: str | None) -> Document:
+    """A job's runs that finished before ``before``, but ``keep_id``; sort with
+    :data:`OLDEST_FINISHED_FIRST`."""
+    where: Document = {**finished_query(job_id), "finishedAt": {"$lt": before}}
+    if keep_id is not None:
+        where[ID] = {"$ne": keep_id}
+    return where
+
+
+def partition_query(partition: int, after: str | None) -> Document:
+    """The filter of ``partition_jobs``; sort by ``_id``."""
+    return {"partition": partition, ID: {"$gt": after or ""}}
 
 
 def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
@@ -766,6 +808,70 @@ class MongoStore:
                 .to_list()
             )
         return [from_document(d, Execution) for d in docs]
+
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """See :meth:`core.ports.JobStore.prune_executions`. Per target, the runs to delete are
+        found with the index ``executions_job_finished`` (the age rule: finished before the
+        cutoff, oldest first; the count rule: skip the ``keep_last`` most recently finished) and
+        deleted with ``{_id: {$in: …}, stateRank: {$gte: <terminal>}}``, so a run that is not
+        finished is never deleted whatever happened in between."""
+        results: list[PruneResult] = []
+        budget = limit
+        for t in targets:
+            doomed: list[str] = []
+            complete = True
+            if t.finished_before is not None:
+                where = finished_before_query(t.job_id, t.finished_before, t.keep_id)
+                doomed = await self._finished_ids(where, OLDEST_FINISHED_FIRST, 0, budget)
+                complete = len(doomed) < budget
+            if t.keep_last is not None and complete:
+                left = budget - len(doomed)
+                where = finished_query(t.job_id)
+                ids = await self._finished_ids(
+                    where, MOST_RECENTLY_FINISHED_FIRST, t.keep_last, left
+                )
+                doomed += [i for i in ids if i != t.keep_id]
+                complete = len(ids) < left
+            budget -= len(doomed)
+            deleted = await self._delete_finished(doomed)
+            results.append(PruneResult(deleted=deleted, complete=complete))
+        return results
+
+    async def _finished_ids(
+        self, where: Document, sort: list[tuple[str, int]], skip: int, limit: int
+    ) -> list[str]:
+        if limit < 1:
+            return []
+        with _translated("find runs to prune"):
+            docs = (
+                await self._executions.find(where, {ID: 1})
+                .sort(sort)
+                .skip(skip)
+                .limit(limit)
+                .to_list()
+            )
+        return [d[ID] for d in docs]
+
+    async def _delete_finished(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        with _translated("delete finished runs"):
+            result = await self._executions.delete_many({ID: {"$in": ids}, **FINISHED})
+        return result.deleted_count
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        if limit < 1:
+            return []
+        with _translated("partition jobs"):
+            docs = (
+                await self._jobs.find(partition_query(partition, after))
+                .sort([(ID, ASCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return [from_document(d, Job) for d in docs]
 
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:

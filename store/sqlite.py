@@ -28,6 +28,7 @@ from core.errors import Conflict, JobNotFound, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
+    TERMINAL_RANK,
     Attempt,
     Execution,
     ExecutionStatus,
@@ -51,6 +52,8 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneResult,
+    PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from store.cursor import decode_cursor, encode_cursor
@@ -115,6 +118,9 @@ CREATE INDEX IF NOT EXISTS executions_owner_status
     ON executions (owner, status, scheduled_for DESC);
 CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
+CREATE INDEX IF NOT EXISTS executions_job_finished
+    ON executions (job_id, finished_at DESC, id DESC) WHERE state_rank = 1000000;
+CREATE INDEX IF NOT EXISTS jobs_partition ON jobs (partition, id);
 """
 
 MIGRATIONS = (
@@ -188,6 +194,22 @@ WHERE id = :job_id
               WHERE id = :execution_id AND state_rank = :rank AND status = :status)
 """
 
+FINISHED_BEYOND = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000
+ORDER BY finished_at DESC, id DESC LIMIT ? OFFSET ?
+"""
+"""Finished runs of a job past its ``keep_last`` most recently finished (index
+``executions_job_finished``; the literal rank lets SQLite use the partial index)."""
+
+FINISHED_BEFORE = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000 AND finished_at < ? AND id IS NOT ?
+ORDER BY finished_at LIMIT ?
+"""
+"""Finished runs of a job that ended before a time, oldest first, but the job's latest run."""
+assert TERMINAL_RANK == 1_000_000, "the SQL of this module spells the terminal rank out"
+
 ADVANCE = """
 UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?,
     last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
@@ -208,6 +230,8 @@ class _Spec(Model, kw_only=True, frozen=True):
     misfire_grace_seconds: float = 60.0
     max_catch_up: int = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
 
 
 class _Extra(Model, kw_only=True, frozen=True):
@@ -247,6 +271,8 @@ def _spec_of(job: Job | JobSpec) -> _Spec:
         misfire_grace_seconds=job.misfire_grace_seconds,
         max_catch_up=job.max_catch_up,
         overlap_policy=job.overlap_policy,
+        history_limit=job.history_limit,
+        history_max_age_seconds=job.history_max_age_seconds,
     )
 
 
@@ -273,6 +299,8 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         misfire_grace_seconds=spec.misfire_grace_seconds,
         max_catch_up=spec.max_catch_up,
         overlap_policy=spec.overlap_policy,
+        history_limit=spec.history_limit,
+        history_max_age_seconds=spec.history_max_age_seconds,
         status=JobStatus(row["status"]),
         partition=row["partition"],
         created_at=from_epoch_ms(row["created_at"]),
@@ -834,6 +862,51 @@ class SqliteStore:
                     updates.append((_spec_encoder.encode(history), run_id))
         await conn.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
 
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """See :meth:`core.ports.JobStore.prune_executions`.
+
+        The runs to delete are found on the reader connection (a visit that finds nothing takes
+        no write lock), then deleted in one write transaction (one fsync) with ``state_rank``
+        checked again. Freed pages go to the file's free list and are reused by later inserts,
+        so a steady insert-and-prune load keeps the file at its size.
+        """
+        plan: list[tuple[list[str], bool]] = []
+        budget = limit
+        for t in targets:
+            doomed: list[str] = []
+            complete = True
+            if t.finished_before is not None and budget > 0:
+                before = to_epoch_ms(t.finished_before)
+                rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
+                doomed += [r[0] for r in rows]
+                complete = len(rows) < budget
+            elif t.finished_before is not None:
+                complete = False
+            left = budget - len(doomed)
+            if t.keep_last is not None and complete:
+                rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
+                doomed += [r[0] for r in rows if r[0] != t.keep_id]
+                complete = len(rows) < left
+            budget -= len(doomed)
+            plan.append((doomed, complete))
+        if not any(doomed for doomed, _ in plan):
+            return [PruneResult(deleted=0, complete=complete) for _, complete in plan]
+        results: list[PruneResult] = []
+        async with self._transaction() as conn:
+            for doomed, complete in plan:
+                deleted = await _delete_finished(conn, doomed)
+                results.append(PruneResult(deleted=deleted, complete=complete))
+        return results
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE partition = ? AND id > ? ORDER BY id LIMIT ?",
+            (partition, after or "", limit),
+        )
+        return [_job_from_row(r) for r in rows]
+
     async def stale_executions(
         self, partitions: Collection[int], updated_before: datetime, *, limit: int
     ) -> list[Execution]:
@@ -848,6 +921,20 @@ class SqliteStore:
             [*parts, to_epoch_ms(updated_before), limit],
         )
         return [_execution_from_row(r) for r in rows]
+
+
+async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
+    """Delete executions by id if they are (still) finished; how many."""
+    deleted = 0
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        cur = await conn.execute(
+            f"DELETE FROM executions WHERE id IN ({', '.join('?' * len(chunk))}) "
+            "AND state_rank = 1000000",
+            chunk,
+        )
+        deleted += cur.rowcount
+    return deleted
 
 
 class _translated:

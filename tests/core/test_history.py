@@ -1,4 +1,5 @@
-"""core.history: a run's attempts from its status events, in any order, duplicates included."""
+"""core.history: a run's attempts from its status events, in any order, duplicates included;
+which retention applies to a job."""
 
 from __future__ import annotations
 
@@ -7,8 +8,17 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.history import ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_RECORDS, record_attempts
-from core.model import Attempt, ExecutionStatus, StatusEvent
+from core.history import (
+    ATTEMPT_ERROR_CHARS,
+    MAX_ATTEMPT_RECORDS,
+    Retention,
+    prune_target,
+    record_attempts,
+    retention_of,
+)
+from core.model import Attempt, ExecutionStatus, IntervalSchedule, Job, StatusEvent
+from core.ports import PruneTarget
+from core.settings import Settings
 
 T0 = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 RUNNING = ExecutionStatus.RUNNING
@@ -205,3 +215,56 @@ def test_random_interleavings_of_many_runs_of_events_agree() -> None:
         rng.shuffle(shuffled)
         cut = rng.randint(0, len(shuffled))
         assert record_attempts(record_attempts([], shuffled[:cut]), shuffled[cut:]) == expected
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+def a_job(**fields: Any) -> Job:
+    return Job(
+        id="job-1",
+        owner="alice",
+        task_id="noop",
+        schedule=IntervalSchedule(every_seconds=1),
+        created_at=T0,
+        updated_at=T0,
+        last_execution_id="job-1:2026-06-01T07:59:59.000Z",
+        **fields,
+    )
+
+
+DEFAULT = Retention(keep_last=1000, max_age_s=86400)
+
+
+def test_a_job_without_its_own_retention_follows_the_deployment() -> None:
+    assert retention_of(a_job(), DEFAULT) == DEFAULT
+    assert prune_target(a_job(), DEFAULT, T0) == PruneTarget(
+        "job-1",
+        keep_last=1000,
+        finished_before=T0 - timedelta(days=1),
+        keep_id="job-1:2026-06-01T07:59:59.000Z",
+    )
+
+
+def test_a_job_s_own_values_win_one_by_one() -> None:
+    own_limit = a_job(history_limit=5)
+    own_age = a_job(history_max_age_seconds=120.0)
+
+    assert retention_of(own_limit, DEFAULT) == Retention(keep_last=5, max_age_s=86400)
+    assert retention_of(own_age, DEFAULT) == Retention(keep_last=1000, max_age_s=120.0)
+    target = prune_target(own_age, Retention(keep_last=None, max_age_s=None), T0)
+    assert target is not None
+    assert (target.keep_last, target.finished_before) == (None, T0 - timedelta(minutes=2))
+
+
+def test_no_rule_means_nothing_to_prune() -> None:
+    assert prune_target(a_job(), Retention(keep_last=None, max_age_s=None), T0) is None
+
+
+def test_the_deployment_default_reads_zero_as_no_limit() -> None:
+    assert Retention.of_settings(0, 0) == Retention(keep_last=None, max_age_s=None)
+    assert Retention.of_settings(100, 3600) == Retention(keep_last=100, max_age_s=3600)
+    settings = Settings()
+    assert Retention.of_settings(settings.history_limit, settings.history_max_age_seconds) == (
+        Retention(keep_last=1000, max_age_s=30 * 86400)
+    )

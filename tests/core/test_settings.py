@@ -17,6 +17,8 @@ def test_no_variables_give_the_documented_defaults() -> None:
     assert (s.nats_url, s.partitions, s.subject_prefix) == ("nats://127.0.0.1:4222", 64, "jobsched")
     assert (s.http_host, s.http_port, s.queues) == ("127.0.0.1", 8080, "default")
     assert (s.ack_wait_seconds, s.max_deliver, s.log_format) == (30.0, 20, "text")
+    assert (s.history_limit, s.history_max_age_seconds) == (1000, 30 * 86400.0)
+    assert s.history_sweep_interval_seconds == 3600.0
 
 
 def test_values_are_parsed_from_strings() -> None:
@@ -68,6 +70,10 @@ def test_overrides_win_over_the_environment() -> None:
         ("JOBSCHED_MAX_DELIVER", ""),
         ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "0.5"),
         ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "3601"),
+        ("JOBSCHED_HISTORY_LIMIT", "-1"),
+        ("JOBSCHED_HISTORY_LIMIT", "many"),
+        ("JOBSCHED_HISTORY_MAX_AGE_SECONDS", "-5"),
+        ("JOBSCHED_HISTORY_SWEEP_INTERVAL_SECONDS", "0"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_variable(name: str, value: str) -> None:

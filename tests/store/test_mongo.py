@@ -75,6 +75,7 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneTarget,
 )
 from store import sqlite
 from store.mongo import (
@@ -282,6 +283,8 @@ CONTROL_SPEC = JobSpec(
     misfire_grace_seconds=5.0,
     max_catch_up=3,
     overlap_policy=OverlapPolicy.REPLACE,
+    history_limit=25,
+    history_max_age_seconds=3600.0,
 )
 
 
@@ -392,7 +395,15 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     )
     assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
     assert "nextRunAt" not in doc
+    assert (doc["historyLimit"], doc["historyMaxAgeSeconds"]) == (25, 3600.0)
     assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
+    back_to_defaults = JobChange(
+        "changed",
+        spec=dataclasses.replace(CONTROL_SPEC, history_limit=None, history_max_age_seconds=None),
+    )
+    await store.update_job("alice", j.id, back_to_defaults, now=at(2))
+    doc = await raw(store, JOBS, j.id)
+    assert "historyLimit" not in doc and "historyMaxAgeSeconds" not in doc  # null is absent
     assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
 
 
@@ -605,6 +616,17 @@ async def test_every_query_of_every_method_is_served_by_an_index(
     skipped = Execution(**{**_fields(run_of(jobs[5], at(5))), "status": ExecutionStatus.SKIPPED,
                            "state_rank": TERMINAL_RANK})  # fmt: skip
     await store.dispatch([Dispatch(skipped, expected_next_run_at=at(5), next_run_at=at(6))])
+    await store.apply_events([event(ds[1].execution, ExecutionStatus.SUCCEEDED)])
+    await store.prune_executions(
+        [
+            PruneTarget("j0", keep_last=0, finished_before=at(90), keep_id=ds[0].execution.id),
+            PruneTarget("j1", keep_last=0, finished_before=None, keep_id=None),
+            PruneTarget("j2", keep_last=None, finished_before=at(90), keep_id=None),
+        ],
+        limit=10,
+    )
+    await store.partition_jobs(1, after=None, limit=2)
+    await store.partition_jobs(1, after="j1", limit=2)
     await store.delete_job("alice", "j5")
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
