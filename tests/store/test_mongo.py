@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import msgspec
 import pytest
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, UpdateOne
 from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
@@ -1114,6 +1114,38 @@ async def test_concurrent_upsert_race_is_retried_not_dropped(
     stored = await store.get_execution(ex.id)
     assert stored is not None and stored.status == ExecutionStatus.SUCCEEDED
     assert (await store.get_job("alice", j.id)).status == JobStatus.SUCCEEDED
+
+
+async def test_an_attempt_history_that_keeps_changing_is_unavailable_then_retried(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another recorder changes the run's ``attempts`` before each of this one's
+    compare-and-sets: after three tries the batch fails as unavailable (the recorder retries
+    it); the retry, undisturbed, merges both recorders' attempts."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    collection = cast("FakeAsyncCollection", store.database[EXECUTIONS])
+    original = collection._apply
+    other = {"attempt": 7, "startedAt": T0, "workerId": "w7", "finishedAt": None,
+             "outcome": None, "error": None, "redelivered": True}  # fmt: skip
+
+    def competing(index: int, op: Any, details: dict[str, Any]) -> None:
+        if isinstance(op, UpdateOne) and "attempts" in op._filter:
+            collection._c.update_one({ID: d.execution.id}, {"$push": {"attempts": dict(other)}})
+        original(index, op, details)
+
+    monkeypatch.setattr(collection, "_apply", competing)
+    running = event(d.execution, ExecutionStatus.RUNNING, 1)
+    with pytest.raises(StoreUnavailable, match="attempt history"):
+        await store.apply_events([running])
+    monkeypatch.setattr(collection, "_apply", original)
+
+    await store.apply_events([running])
+
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 7]
 
 
 async def test_first_published_and_started_times_are_kept(store: MongoStore) -> None:
