@@ -407,6 +407,41 @@ class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
     next_cursor: str | None = None
 
 
+class DeadLetter(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """A message that can never be recorded, set aside with the reason so that the messages
+    behind it are (the poison-message rule). Stored in ``dead_letters``; see docs/data-model.md.
+
+    Attributes:
+        id: ``<stream>:<stream sequence>:<stored at, ms>`` of the message: a redelivery of the
+            same message is stored once, a re-created stream's new message 5 is another one.
+        source: the consumer that set it aside (``recorder``).
+        reason: ``undecodable`` (not a message of the schema) or ``rejected`` (the store
+            refuses the write for good, :class:`core.errors.StoreRejected`).
+        error: what exactly, for an operator.
+        subject: the message's subject.
+        data: the message as received (its first :data:`DEAD_LETTER_MAX_BYTES` bytes).
+        size: the message's full size (bytes).
+        at: when it was set aside (aware UTC).
+        execution_id / job_id / owner: the run it is about, when the message could be decoded.
+    """
+
+    id: str
+    source: str
+    reason: Literal["undecodable", "rejected"]
+    error: str
+    subject: str = ""
+    data: bytes = b""
+    size: int = 0
+    at: datetime
+    execution_id: str | None = None
+    job_id: str | None = None
+    owner: str | None = None
+
+
+DEAD_LETTER_MAX_BYTES = 1024 * 1024
+"""Most bytes of a message a dead letter keeps (NATS's default largest payload)."""
+
+
 # --- NATS messages -----------------------------------------------------------------------------
 
 

@@ -38,9 +38,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         subject_prefix: ``JOBSCHED_SUBJECT_PREFIX``; first token of every NATS subject and the
             prefix of stream and bucket names, so deployments (and tests) can share a server.
         http_host / http_port: ``JOBSCHED_HTTP_HOST`` / ``_PORT``; the gateway's listen address.
-        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the Prometheus ``GET /metrics`` server
-            of a scheduler or worker process, on ``http_host``; 0 = none. A process that runs
-            the gateway serves ``/metrics`` on the gateway's port instead (``jobsched dev``).
+        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the server of a scheduler or worker
+            process for Prometheus (``GET /metrics``) and probes (``GET /healthz``, ``/readyz``),
+            on ``http_host``; 0 = none. A process that runs the gateway serves them on the
+            gateway's port instead (``jobsched dev``).
         queue_depth_interval_seconds: how often scheduler and worker processes refresh the
             ``jobsched_queue_depth`` gauge of their queues from JetStream (seconds).
         queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.
@@ -76,7 +77,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             whatever a lost notice missed. Jobs with newly finished runs are pruned at once.
         stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
         lease_ttl_seconds: TTL of partition leases (seconds); renewed every third of it. A dead
-            scheduler's partitions are taken over within about this long.
+            scheduler's partitions are taken over within about this long. At least 15 against
+            a clustered NATS (see :data:`actors.ownership.CLUSTER_MIN_TTL_S`).
         scheduler_id: this scheduler's lease owner id; empty = ``<hostname>-<pid>``. Must be
             unique among live schedulers.
         store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
@@ -124,7 +126,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     )
     history_sweep_interval_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3600.0
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
-    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3.0
     scheduler_id: str = ""
     store_timeout_seconds: Positive = 5.0
     ws_buffer_events: PositiveInt = 1000

@@ -49,6 +49,7 @@ from core.ports import (
 )
 from core.tasks import TaskCatalog, validation_field_error
 from core.timeutil import isoformat_z
+from core.values import check_parameters, is_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,7 +112,8 @@ class JobService:
         original job is returned with ``replayed=True`` (nothing is created).
 
         Raises:
-            InvalidRequest: unknown task, parameters of the wrong shape, invalid schedule,
+            InvalidRequest: unknown task, parameters of the wrong shape or outside the stored range
+                (:mod:`core.values`), invalid schedule,
                 options beyond this deployment's limits, a malformed idempotency key.
             IdempotencyKeyReused: the key was used for a different request (409).
             StoreUnavailable: nothing was stored (503).
@@ -137,12 +139,16 @@ class JobService:
     def _new_job(self, owner: str, body: JobCreate, idempotency_key: str | None) -> Job:
         spec = self.catalog.get(body.task_id)
         spec.decode_params(body.parameters)
+        check_parameters(body.parameters)
         now = self.clock.now()
         sched = schedules.normalize(body.schedule, now, grace_s=body.misfire_grace_seconds)
         max_attempts = body.max_attempts or spec.max_attempts
         self._check_attempts(max_attempts)
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-            raise InvalidRequest(FieldError("Idempotency-Key", "must be 1 to 255 characters"))
+        if idempotency_key is not None:
+            if not 1 <= len(idempotency_key) <= 255:
+                raise InvalidRequest(FieldError("Idempotency-Key", "must be 1 to 255 characters"))
+            if not is_text(idempotency_key):  # aiohttp keeps bytes that are not UTF-8 as surrogates
+                raise InvalidRequest(FieldError("Idempotency-Key", "must be UTF-8 text"))
         job_id = new_job_id()
         return Job(
             id=job_id,
@@ -315,6 +321,8 @@ class JobService:
         spec = self.catalog.get(job.task_id)
         parameters = job.parameters if patch.parameters is None else patch.parameters
         spec.decode_params(parameters)
+        if patch.parameters is not None:
+            check_parameters(patch.parameters)
         grace = (
             patch.misfire_grace_seconds
             if patch.misfire_grace_seconds is not None

@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +20,9 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
-from actors.ownership import LeaseOwnership
+from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
 from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
@@ -37,6 +38,7 @@ from core.settings import Settings
 from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
 from gateway.natsapi import NatsApi
+from gateway.server import GatewayRunner
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -114,6 +116,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         lookahead_s=settings.lookahead_seconds,
         redispatch_after_s=settings.redispatch_after,
         prepare_ahead_s=settings.prepare_ahead_seconds,
+        duplicate_window_s=settings.duplicate_window_seconds,
     )
 
 
@@ -180,7 +183,7 @@ class Gateway:
         self.url = ""
 
     async def run(self) -> None:
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5.0)
+        runner = GatewayRunner(self.app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.port)
@@ -197,16 +200,34 @@ class Gateway:
         self._stop.set()
 
 
-def metrics_actors(settings: Settings, roles: Roles, bus: Bus, metrics: Metrics) -> list[Actor]:
+def metrics_actors(
+    settings: Settings,
+    roles: Roles,
+    bus: Bus,
+    metrics: Metrics,
+    *,
+    store: JobStore | None = None,
+    peers: Sequence[Actor] = (),
+) -> list[Actor]:
     """The queue-depth monitor of a scheduler or worker process (scheduler processes report
     their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), and the metrics
-    server of a process without the gateway when ``metrics_port`` is set."""
+    server of a process without the gateway when ``metrics_port`` is set.
+
+    The metrics server's ``/readyz`` passes once every actor of ``peers`` (the process's actor
+    list, read at each request) is ready and NATS and, when the process has one, the store
+    answer."""
     actors: list[Actor] = []
     if roles.scheduler or roles.worker:
         interval_s = settings.queue_depth_interval_seconds
         actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
     if settings.metrics_port and not roles.gateway:
-        actors.append(MetricsServer(metrics.registry, settings.http_host, settings.metrics_port))
+        checks: dict[str, Check] = {"startup": started(peers), "nats": bus.ping}
+        if store is not None:
+            checks["store"] = store.ping
+        server = MetricsServer(
+            metrics.registry, settings.http_host, settings.metrics_port, checks=checks
+        )
+        actors.append(server)
     return actors
 
 
@@ -274,7 +295,18 @@ def make_scheduler(
     metrics: Metrics,
 ) -> list[Actor]:
     """A scheduler that shares the partitions with its peers through leases, and the pruner
-    that applies the retention rules to the same partitions."""
+    that applies the retention rules to the same partitions.
+
+    Raises:
+        ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
+    """
+    cluster = bus.cluster_name
+    if cluster and settings.lease_ttl_seconds < CLUSTER_MIN_TTL_S:
+        raise ConfigError(
+            f"JOBSCHED_LEASE_TTL_SECONDS={settings.lease_ttl_seconds:g} is too short for the "
+            f"NATS cluster {cluster!r}: a JetStream leader election would let every lease "
+            f'expire; set it to at least {CLUSTER_MIN_TTL_S:g} (README "High availability")'
+        )
     member = settings.resolved_scheduler_id
     ownership = LeaseOwnership(
         LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),
@@ -375,7 +407,7 @@ async def serve(
             assert catalog is not None
             config = worker_config(settings)
             actors.append(Worker(bus, catalog, clock, config, markers, metrics=metrics))
-        actors += metrics_actors(settings, roles, bus, metrics)
+        actors += metrics_actors(settings, roles, bus, metrics, store=store, peers=actors)
         metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 
         async def announce() -> None:

@@ -24,12 +24,13 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     TERMINAL_RANK,
     Attempt,
+    DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
@@ -56,8 +57,10 @@ from core.ports import (
     PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
+from core.values import storable_event
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
+from store.rows import RowReader
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +124,20 @@ CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
 CREATE INDEX IF NOT EXISTS executions_job_finished
     ON executions (job_id, finished_at DESC, id DESC) WHERE state_rank = 1000000;
 CREATE INDEX IF NOT EXISTS jobs_partition ON jobs (partition, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    error TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    execution_id TEXT,
+    job_id TEXT,
+    owner TEXT,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
 """
 
 MIGRATIONS = (
@@ -449,6 +466,22 @@ def _summary_params(ev: StatusEvent) -> dict[str, Any]:
     }
 
 
+def _dead_letter_from_row(row: sqlite3.Row) -> DeadLetter:
+    return DeadLetter(
+        id=row["id"],
+        at=from_epoch_ms(row["at"]),
+        source=row["source"],
+        reason=row["reason"],
+        error=row["error"],
+        subject=row["subject"],
+        size=row["size"],
+        execution_id=row["execution_id"],
+        job_id=row["job_id"],
+        owner=row["owner"],
+        data=bytes(row["data"]),
+    )
+
+
 def path_from_url(url: str) -> Path:
     """The database file of a URL or a plain path.
 
@@ -474,6 +507,7 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         self._creates: list[tuple[Job, asyncio.Future[None]]] = []
+        self.rows = RowReader("sqlite")
 
     async def open(self) -> None:
         if self._writer is not None:
@@ -581,15 +615,15 @@ class SqliteStore:
         try:
             async with self._transaction() as conn:
                 await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
-        except sqlite3.IntegrityError:
-            for job, done in batch:  # a duplicate id: find it, insert the others one by one
+        except (sqlite3.IntegrityError, StoreRejected):
+            for job, done in batch:  # a duplicate id or a job refused: each on its own
                 try:
                     async with self._transaction() as conn:
                         await conn.execute(JOB_INSERT, (*_job_row(job), None))
                     done.set_result(None)
                 except sqlite3.IntegrityError:
                     done.set_exception(Conflict(f"job {job.id} exists"))
-                except StoreUnavailable as e:
+                except (StoreUnavailable, StoreRejected) as e:
                     done.set_exception(e)
             return
         except StoreUnavailable as e:
@@ -676,7 +710,7 @@ class SqliteStore:
                 f"WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             )
-            out.extend(_execution_from_row(r) for r in rows)
+            out.extend(self._runs(rows))
         return out
 
     async def get_job(self, owner: str, job_id: str) -> Job:
@@ -750,7 +784,7 @@ class SqliteStore:
             rows = await self._fetch(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
             )
-            jobs.extend(_job_from_row(r) for r in rows)
+            jobs.extend(self._jobs_of(rows))
         return jobs
 
     async def due_jobs(
@@ -764,7 +798,7 @@ class SqliteStore:
             "AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
             [*parts, to_epoch_ms(until), limit],
         )
-        return [_job_from_row(r) for r in rows]
+        return self._jobs_of(rows)
 
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         if not runs:
@@ -818,6 +852,7 @@ class SqliteStore:
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
         if not events:
             return 0
+        events = [storable_event(ev) for ev in events]
         async with self._transaction() as conn:
             before = conn.total_changes
             await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
@@ -856,7 +891,7 @@ class SqliteStore:
                 [*chunk, NEVER_RAN.value],
             )
             for run_id, raw in rows:
-                stored = _attempts_decoder.decode(raw) if raw else []
+                stored = _stored_attempts(run_id, raw)
                 history = record_attempts(stored, by_run[run_id])
                 if history != stored:
                     updates.append((_spec_encoder.encode(history), run_id))
@@ -905,22 +940,83 @@ class SqliteStore:
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE partition = ? AND id > ? ORDER BY id LIMIT ?",
             (partition, after or "", limit),
         )
-        return [_job_from_row(r) for r in rows]
+        return self._jobs_of(rows)
 
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         parts = sorted(partitions)
         if not parts:
             return []
+        after = -(2**63) if updated_after is None else to_epoch_ms(updated_after)
         rows = await self._fetch(
             f"SELECT {EXECUTION_COLUMNS} FROM executions "
             "WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING') "
             f"AND partition IN ({', '.join('?' * len(parts))}) AND updated_at < ? "
-            "ORDER BY updated_at LIMIT ?",
-            [*parts, to_epoch_ms(updated_before), limit],
+            "AND updated_at >= ? ORDER BY updated_at LIMIT ?",
+            [*parts, to_epoch_ms(updated_before), after, limit],
         )
-        return [_execution_from_row(r) for r in rows]
+        return self._runs(rows)
+
+    def _jobs_of(self, rows: Sequence[sqlite3.Row]) -> list[Job]:
+        return self.rows.decode(rows, _job_from_row, what="job", key=lambda r: r["id"])
+
+    def _runs(self, rows: Sequence[sqlite3.Row]) -> list[Execution]:
+        return self.rows.decode(rows, _execution_from_row, what="execution", key=lambda r: r["id"])
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
+        if not letters:
+            return 0
+        async with self._transaction() as conn:
+            before = conn.total_changes
+            await conn.executemany(
+                "INSERT OR IGNORE INTO dead_letters (id, at, source, reason, error, subject, "
+                "size, execution_id, job_id, owner, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        x.id,
+                        to_epoch_ms(x.at),
+                        x.source,
+                        x.reason,
+                        x.error,
+                        x.subject,
+                        x.size,
+                        x.execution_id,
+                        x.job_id,
+                        x.owner,
+                        x.data,
+                    )
+                    for x in letters
+                ],
+            )
+            return conn.total_changes - before
+
+    async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
+        rows = await self._fetch(
+            "SELECT id, at, source, reason, error, subject, size, execution_id, job_id, owner, "
+            "data FROM dead_letters ORDER BY at DESC, id DESC LIMIT ?",
+            [limit],
+        )
+        return self.rows.decode(
+            rows, _dead_letter_from_row, what="dead letter", key=lambda r: r["id"]
+        )
+
+
+def _stored_attempts(run_id: str, raw: bytes | None) -> list[Attempt]:
+    """A run's stored attempts; an unreadable value (a newer version's, edited by hand) is
+    logged and started anew, so it never stops the recorder."""
+    if not raw:
+        return []
+    try:
+        return _attempts_decoder.decode(raw)
+    except msgspec.DecodeError as e:
+        log.warning("sqlite: run %s has unreadable attempts (%s); recording them anew", run_id, e)
+        return []
 
 
 async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
@@ -938,7 +1034,11 @@ async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
 
 
 class _translated:
-    """Context manager turning sqlite3 operational errors into StoreUnavailable."""
+    """Context manager turning driver errors into the store's: a value SQLite cannot bind (an
+    integer beyond 64 bits, a lone surrogate, a string or blob over SQLite's limit) into
+    :class:`StoreRejected` (this write, for good); operational errors (locked, busy, I/O, disk
+    full, a damaged file) into :class:`StoreUnavailable` (the store, for now). Constraint
+    violations go through: the caller knows what a duplicate key means."""
 
     def __enter__(self) -> None:
         return None
@@ -946,10 +1046,26 @@ class _translated:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
-            exc, sqlite3.IntegrityError
-        ):
+        if exc is None or isinstance(exc, sqlite3.IntegrityError):
+            return
+        if isinstance(
+            exc,
+            OverflowError
+            | UnicodeEncodeError
+            | sqlite3.DataError
+            | sqlite3.ProgrammingError
+            | sqlite3.InterfaceError,
+        ) and not _closed(exc):
+            raise StoreRejected(
+                f"the store refuses this write: {type(exc).__name__}: {exc}"
+            ) from exc
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
             log.warning("sqlite error: %s", exc)
             raise StoreUnavailable(f"the store cannot be used right now: {exc}") from exc
-        if isinstance(exc, ValueError) and "closed" in str(exc).lower():
+        if isinstance(exc, ValueError) and _closed(exc):
             raise StoreUnavailable("the store connection is closed") from exc
+
+
+def _closed(exc: BaseException) -> bool:
+    """A call on a closed connection (aiosqlite's ValueError, sqlite3's ProgrammingError)."""
+    return "closed" in str(exc).lower()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Collection
@@ -229,6 +230,14 @@ class Child:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def noop_body(**kw: Any) -> dict[str, Any]:

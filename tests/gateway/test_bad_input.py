@@ -437,6 +437,35 @@ async def test_unknown_routes_and_methods_are_problems(api: Api) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/jobs", "GET, HEAD, POST"),
+        ("PUT", "/jobs/0123", "DELETE, GET, HEAD, PATCH"),
+        ("GET", "/jobs/0123/pause", "POST"),
+        ("OPTIONS", "/jobs", "GET, HEAD, POST"),
+        ("POST", "/healthz", "GET, HEAD"),
+    ],
+)
+async def test_a_405_lists_the_methods_of_the_path_in_allow(
+    api: Api, method: str, path: str, allowed: str
+) -> None:
+    """RFC 9110 §15.5.6: a 405 carries ``Allow`` (HEAD comes with every GET route)."""
+    async with api.session.request(method, f"{api.url}{path}", headers=api.auth()) as resp:
+        assert resp.headers.get("Allow") == allowed
+        problem = await resp.json(content_type=None)
+        assert_problem(resp.status, resp.content_type, problem, 405, "method_not_allowed")
+        assert allowed in problem["detail"]
+
+
+async def test_a_405_to_head_carries_allow_without_a_body(api: Api) -> None:
+    async with api.session.head(f"{api.url}/jobs/0123/pause", headers=api.auth()) as resp:
+        assert resp.status == 405
+        assert resp.headers.get("Allow") == "POST"
+        assert resp.content_type == "application/problem+json"
+        assert await resp.read() == b""
+
+
 async def test_health_needs_no_token(api: Api) -> None:
     async with api.session.get(f"{api.url}/healthz") as resp:
         assert resp.status == 200

@@ -1063,6 +1063,9 @@ async def test_stale_executions_are_unfinished_old_runs_of_the_partitions(store:
     ]
     assert await store.stale_executions({0, 1}, at(0), limit=10) == []
     assert await store.stale_executions(set(), at(100), limit=10) == []
+    recent = await store.stale_executions({0, 1}, at(100), limit=10, updated_after=at(2))
+    assert [e.id for e in recent] == [retrying.id, running.id, at_cutoff.id, fresh.id]
+    assert await store.stale_executions({0, 1}, at(100), limit=10, updated_after=at(12)) == []
 
 
 # --- get_execution, get_jobs, ping ---------------------------------------------------------
