@@ -36,11 +36,11 @@ from actors.metrics import Metrics
 from actors.ownership import Ownership
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
-from core.errors import StoreUnavailable
+from core.errors import StoreRejected, StoreUnavailable
 from core.history import Retention, prune_target
 from core.ids import partition_of
 from core.model import Job, RunsFinished
-from core.ports import JobStore
+from core.ports import JobStore, PruneResult, PruneTarget
 
 log = logging.getLogger(__name__)
 
@@ -186,13 +186,22 @@ class Pruner:
             except StoreUnavailable:
                 self.mark(ids)  # not done: again once the store is back
                 raise
+            except StoreRejected as e:  # refused for good: left to the next sweep, no loop
+                log.error("%s: the store refuses to prune %d job(s): %s", self.name, len(ids), e)
         if now >= self._cycle_due:
             self._cycle_due = now + timedelta(seconds=self.config.sweep_interval_s)
             self._swept.clear()
             self._cursor = None
         partition = self._sweep_partition()
         if partition is not None:
-            await self._sweep_page(partition, now)
+            try:
+                await self._sweep_page(partition, now)
+            except StoreRejected as e:  # refused for good: this cycle skips the partition
+                log.error(
+                    "%s: the store refuses the sweep of partition %d: %s", self.name, partition, e
+                )
+                self._swept.add(partition)
+                self._cursor = None
 
     def _sweep_partition(self) -> int | None:
         """The owned partition the sweep works on, or None when every one is swept."""
@@ -220,7 +229,12 @@ class Pruner:
         ]
         if not targets:
             return
-        results = await self.store.prune_executions(targets, limit=self.config.batch)
+        try:
+            results = await self.store.prune_executions(targets, limit=self.config.batch)
+        except StoreRejected:
+            if len(targets) == 1:
+                raise
+            results = await self._one_by_one(targets)
         deleted = sum(r.deleted for r in results)
         self.pruned += deleted
         self.metrics.pruned_runs.inc(deleted)
@@ -229,3 +243,16 @@ class Pruner:
             self.mark(more)
         if deleted:
             log.debug("%s: deleted %d finished run(s)", self.name, deleted)
+
+    async def _one_by_one(self, targets: list[PruneTarget]) -> list[PruneResult]:
+        """A bulkhead: the store refused a batch for good, so each job is pruned alone and the
+        ones it refuses are logged and left (no job holds back the others)."""
+        results: list[PruneResult] = []
+        for t in targets:
+            try:
+                [result] = await self.store.prune_executions([t], limit=self.config.batch)
+            except StoreRejected as e:
+                log.error("%s: the store refuses to prune job %s: %s", self.name, t.job_id, e)
+                result = PruneResult(deleted=0, complete=True)
+            results.append(result)
+        return results

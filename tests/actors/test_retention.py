@@ -16,6 +16,7 @@ from actors.ownership import StaticOwnership
 from actors.retention import Pruner, RetentionConfig
 from bus.nats import Bus, BusConfig
 from core.clock import FakeClock
+from core.errors import StoreRejected
 from core.history import Retention
 from core.ids import execution_id, partition_of
 from core.model import ExecutionStatus, Job
@@ -218,3 +219,41 @@ async def _eq(value: Awaitable[int], expected: int) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+class RefusingStore(CountingStore):
+    """Refuses for good every prune that includes one job (a poisoned document)."""
+
+    def __init__(self, path: Path, refused: str) -> None:
+        super().__init__(path)
+        self.refused = refused
+
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        if any(t.job_id == self.refused for t in targets):
+            raise StoreRejected(f"job {self.refused}: refused")
+        return await super().prune_executions(targets, limit=limit)
+
+
+async def test_a_job_the_store_refuses_to_prune_holds_back_no_other(
+    tmp_path: Path, bus: Bus
+) -> None:
+    store = RefusingStore(tmp_path / "r.db", refused="job-2")
+    await store.open()
+    try:
+        clock = FakeClock(at(100))
+        jobs = [await with_runs(store, a_job(f"job-{i}"), range(1, 8)) for i in range(1, 4)]
+        async with running(pruner_of(store, bus, clock)) as pruner:
+            await until(lambda: _true(pruner.idle))  # the first sweep, partition by partition
+            for job in jobs:
+                for m in range(8, 12):
+                    await store.insert_execution(run(job, m, SUCCEEDED))
+
+            await bus.publish_finished([j.id for j in jobs])  # one batch of marked jobs
+
+            await until(lambda: _eq(kept(store, jobs[0]), 3))
+            await until(lambda: _eq(kept(store, jobs[2]), 3))
+        assert await kept(store, jobs[1]) == 11
+    finally:
+        await store.close()
