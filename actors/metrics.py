@@ -106,6 +106,8 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
+        pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
+            it (the pruner).
         dead_letters: counter of status events the recorder set aside, by ``reason``.
     """
 
@@ -192,6 +194,17 @@ class Metrics:
         self.store_write_failures = Counter(
             "jobsched_store_write_failures_total",
             "Failed attempts of the recorder to write a batch of status events to the store.",
+            registry=registry,
+        )
+        self.pruned_runs = Counter(
+            "jobsched_pruned_runs_total",
+            "Finished runs (executions) deleted by the retention rules (history limit, maximum "
+            "age).",
+            registry=registry,
+        )
+        self.prune_backlog = Gauge(
+            "jobsched_prune_backlog_jobs",
+            "Jobs with newly finished runs waiting to be pruned (count).",
             registry=registry,
         )
         self.dead_letters = Counter(

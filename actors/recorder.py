@@ -60,6 +60,8 @@ class Recorder:
         bus: connected NATS adapter.
         store: the job store.
         batch: most events applied per store call.
+        ack_wait_s: the ack wait of the recorders' consumer (seconds); while the store is
+            unavailable, in-progress acks keep the batch at least every third of it.
         metrics: where it counts recorded events, failed store writes and dead letters;
             default: a registry of its own.
         clock: wall clock (the time a dead letter was set aside).
@@ -71,12 +73,14 @@ class Recorder:
         store: JobStore,
         *,
         batch: int = 512,
+        ack_wait_s: float = 30.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
         self.batch = batch
+        self._max_pause_s = min(5.0, ack_wait_s / 3)
         self.name = "recorder"
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -216,7 +220,7 @@ class Recorder:
             StoreRejected: from ``write``.
             _Stopping: the recorder is stopping while the store is unavailable.
         """
-        delay = 0.2
+        delay = min(0.2, self._max_pause_s)
         while True:
             raise_if_cancelling()
             try:
@@ -231,7 +235,7 @@ class Recorder:
                     with contextlib.suppress(BusUnavailable):
                         await d.in_progress()
                 await self._pause(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, self._max_pause_s)
 
     def _letter(
         self,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -110,6 +110,8 @@ class Scheduler:
         markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         metrics: where it observes scheduling delays, skips, its heap and partitions; default:
             a registry of its own.
+        on_finished_records: called with the ids of jobs it wrote a finished (SKIPPED) record
+            for, so their history can be pruned (the pruner's ``mark``).
     """
 
     def __init__(
@@ -123,8 +125,10 @@ class Scheduler:
         scheduler_id: str = "scheduler",
         markers: CancelMarkers | None = None,
         metrics: Metrics | None = None,
+        on_finished_records: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_finished_records = on_finished_records
         self.bus = bus
         self.clock = clock
         self.config = config
@@ -390,6 +394,7 @@ class Scheduler:
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self._window_end:
                 self.heap.push(job_id, nxt, partition)
+        self._recorded_finished(events)
         try:
             if events:
                 await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
@@ -398,6 +403,16 @@ class Scheduler:
                 self.prepared.add(when, message)
             if ready:
                 self._prepared_changed.set()
+
+    def _recorded_finished(self, events: list[Event]) -> None:
+        """Tell the pruner about the jobs that got a finished (SKIPPED) record now."""
+        jobs = [
+            e.job_id
+            for e in events
+            if isinstance(e, StatusEvent) and e.status == ExecutionStatus.SKIPPED
+        ]
+        if jobs and self._on_finished_records is not None:
+            self._on_finished_records(jobs)
 
     async def _record(
         self, chain: list[tuple[Dispatch, Job, datetime]]

@@ -88,6 +88,8 @@ class JobSpec:
     misfire_grace_seconds: float
     max_catch_up: int
     overlap_policy: OverlapPolicy
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
 
 
 UNCHANGED: object = object()
@@ -143,6 +145,36 @@ class DispatchOutcome:
 
     created: bool
     advanced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PruneTarget:
+    """The finished runs of one job to delete (:meth:`JobStore.prune_executions`).
+
+    A finished run (SUCCEEDED, FAILED, CANCELLED, SKIPPED) of ``job_id`` is deleted when it is
+    not among the job's ``keep_last`` most recently finished runs (by ``finishedAt``, then id;
+    None: no count rule), or when it finished before ``finished_before`` (aware; None: no age
+    rule). Never an unfinished run (QUEUED, RUNNING, RETRYING), never ``keep_id`` (the job's
+    latest run, ``lastExecutionId``, which the job's summary points to).
+    """
+
+    job_id: str
+    keep_last: int | None
+    finished_before: datetime | None
+    keep_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What :meth:`JobStore.prune_executions` did for one :class:`PruneTarget`.
+
+    Attributes:
+        deleted: runs deleted now.
+        complete: nothing is left to delete (False: the call's limit stopped it; call again).
+    """
+
+    deleted: int
+    complete: bool
 
 
 class JobStore(Protocol):
@@ -280,6 +312,22 @@ class JobStore(Protocol):
             StoreRejected: an event of the batch can never be written; nothing is promised about
                 the others, which the caller applies again without it.
         """
+        ...
+
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """Delete the finished runs each target names, at most ``limit`` runs in all (the
+        targets in order: later ones may get none); results in the order of ``targets``.
+
+        Idempotent and safe beside every other call: a run that is unfinished, or the target's
+        ``keep_id``, is never deleted, whatever happens concurrently.
+        """
+        ...
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        """Up to ``limit`` jobs of ``partition`` with an id greater than ``after`` (None: from
+        the first), in id order: one page of a walk over a partition (the retention sweep)."""
         ...
 
     async def stale_executions(

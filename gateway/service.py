@@ -11,6 +11,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 
@@ -51,6 +52,7 @@ from core.timeutil import isoformat_z
 from core.values import check_parameters, is_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _canonical = msgspec.json.Encoder(order="sorted")
 LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
@@ -161,6 +163,8 @@ class JobService:
             misfire_grace_seconds=body.misfire_grace_seconds,
             max_catch_up=body.max_catch_up,
             overlap_policy=body.overlap_policy,
+            history_limit=body.history_limit,
+            history_max_age_seconds=body.history_max_age_seconds,
             status=JobStatus.SCHEDULED,
             partition=partition_of(job_id, self.config.partitions),
             created_at=now,
@@ -343,6 +347,10 @@ class JobService:
             misfire_grace_seconds=grace,
             max_catch_up=patch.max_catch_up or job.max_catch_up,
             overlap_policy=patch.overlap_policy or job.overlap_policy,
+            history_limit=_patched(patch.history_limit, job.history_limit),
+            history_max_age_seconds=_patched(
+                patch.history_max_age_seconds, job.history_max_age_seconds
+            ),
         )
         job = await self.store.update_job(
             owner,
@@ -435,3 +443,8 @@ class JobService:
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:
             await self.markers.cancel_job(job_id)
+
+
+def _patched(value: T | msgspec.UnsetType | None, current: T | None) -> T | None:
+    """A nullable PATCH field: absent keeps ``current``, null clears it."""
+    return current if isinstance(value, msgspec.UnsetType) else value

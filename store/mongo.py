@@ -54,9 +54,11 @@ from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 from pymongo.write_concern import WriteConcern
 
 from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     TERMINAL_RANK,
+    Attempt,
     DeadLetter,
     Execution,
     ExecutionStatus,
@@ -75,6 +77,8 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneResult,
+    PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
@@ -120,6 +124,9 @@ JOB_STATUS_AFTER = {
 }
 """A job with no run left takes the status of its last run's outcome (as the SQLite store's
 ``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
+
+READ_BACK = {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1, "attempts": 1}
+"""Fields of an execution that :meth:`MongoStore.apply_events` reads back after its transitions."""
 
 MAX_SCANS_TO_EXPLODE = 200
 """The query planner's ``internalQueryMaxScansToExplode``: a ``$in`` over at most this many
@@ -171,6 +178,8 @@ class IndexSpec:
 
 DUE = {"nextRunAt": {"$type": "date"}}
 """Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
+FINISHED = {"stateRank": {"$gte": TERMINAL_RANK}}
+"""Partial filter of ``executions_job_finished``: SUCCEEDED, FAILED, CANCELLED and SKIPPED runs."""
 UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
 """Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
 A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
@@ -236,6 +245,20 @@ INDEXES: tuple[IndexSpec, ...] = (
         "executions_status_scheduled",
         (("status", ASCENDING), ("scheduledFor", DESCENDING)),
         "dashboards of all users: runs by status and scheduled time, running jobs",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_job_finished",
+        (("jobId", ASCENDING), ("finishedAt", DESCENDING), (ID, DESCENDING)),
+        "prune_executions: a job's finished runs, most recently finished first (count rule) or "
+        "finished before a time (age rule)",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_partition",
+        (("partition", ASCENDING), (ID, ASCENDING)),
+        "partition_jobs: the jobs of one partition in id order (the retention sweep)",
     ),
     IndexSpec(
         EXECUTIONS,
@@ -385,6 +408,30 @@ def stale_query(
     if updated_after is not None:
         updated["$gte"] = updated_after
     return {**UNFINISHED, "partition": {"$in": list(partitions)}, "updatedAt": updated}
+
+
+MOST_RECENTLY_FINISHED_FIRST = [("finishedAt", DESCENDING), (ID, DESCENDING)]
+OLDEST_FINISHED_FIRST = [("finishedAt", ASCENDING), (ID, ASCENDING)]
+
+
+def finished_query(job_id: str) -> Document:
+    """A job's finished runs (it repeats the partial filter of ``executions_job_finished``);
+    sort with :data:`MOST_RECENTLY_FINISHED_FIRST` for the count rule."""
+    return {"jobId": job_id, **FINISHED}
+
+
+def finished_before_query(job_id: str, before: datetime, keep_id: str | None) -> Document:
+    """A job's runs that finished before ``before``, but ``keep_id``; sort with
+    :data:`OLDEST_FINISHED_FIRST`."""
+    where: Document = {**finished_query(job_id), "finishedAt": {"$lt": before}}
+    if keep_id is not None:
+        where[ID] = {"$ne": keep_id}
+    return where
+
+
+def partition_query(partition: int, after: str | None) -> Document:
+    """The filter of ``partition_jobs``; sort by ``_id``."""
+    return {"partition": partition, ID: {"$gt": after or ""}}
 
 
 def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
@@ -838,6 +885,70 @@ class MongoStore:
             docs, lambda d: from_document(d, Execution), what="execution", key=lambda d: d.get(ID)
         )
 
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """See :meth:`core.ports.JobStore.prune_executions`. Per target, the runs to delete are
+        found with the index ``executions_job_finished`` (the age rule: finished before the
+        cutoff, oldest first; the count rule: skip the ``keep_last`` most recently finished) and
+        deleted with ``{_id: {$in: …}, stateRank: {$gte: <terminal>}}``, so a run that is not
+        finished is never deleted whatever happened in between."""
+        results: list[PruneResult] = []
+        budget = limit
+        for t in targets:
+            doomed: list[str] = []
+            complete = True
+            if t.finished_before is not None:
+                where = finished_before_query(t.job_id, t.finished_before, t.keep_id)
+                doomed = await self._finished_ids(where, OLDEST_FINISHED_FIRST, 0, budget)
+                complete = len(doomed) < budget
+            if t.keep_last is not None and complete:
+                left = budget - len(doomed)
+                where = finished_query(t.job_id)
+                ids = await self._finished_ids(
+                    where, MOST_RECENTLY_FINISHED_FIRST, t.keep_last, left
+                )
+                doomed += [i for i in ids if i != t.keep_id]
+                complete = len(ids) < left
+            budget -= len(doomed)
+            deleted = await self._delete_finished(doomed)
+            results.append(PruneResult(deleted=deleted, complete=complete))
+        return results
+
+    async def _finished_ids(
+        self, where: Document, sort: list[tuple[str, int]], skip: int, limit: int
+    ) -> list[str]:
+        if limit < 1:
+            return []
+        with translated("find runs to prune"):
+            docs = (
+                await self._executions.find(where, {ID: 1})
+                .sort(sort)
+                .skip(skip)
+                .limit(limit)
+                .to_list()
+            )
+        return [d[ID] for d in docs]
+
+    async def _delete_finished(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        with translated("delete finished runs"):
+            result = await self._executions.delete_many({ID: {"$in": ids}, **FINISHED})
+        return result.deleted_count
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        if limit < 1:
+            return []
+        with translated("partition jobs"):
+            docs = (
+                await self._jobs.find(partition_query(partition, after))
+                .sort([(ID, ASCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return self._jobs_of(docs)
+
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:
 
@@ -941,13 +1052,15 @@ class MongoStore:
             again, _ = await self._transitions([events[i] for i in retry], upsert=False)
             changed += again
         summaries = [ev for ev in events if ev.status != ExecutionStatus.QUEUED]
-        if not summaries:
+        observing: dict[str, list[StatusEvent]] = {}
+        for ev in events:
+            if observes_attempt(ev):
+                observing.setdefault(ev.execution_id, []).append(ev)
+        ids = list(dict.fromkeys([*(ev.execution_id for ev in summaries), *observing]))
+        if not ids:
             return changed
         with translated("read back executions"):
-            ids = list(dict.fromkeys(ev.execution_id for ev in summaries))
-            docs = await self._executions.find(
-                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1}
-            ).to_list()
+            docs = await self._executions.find({ID: {"$in": ids}}, READ_BACK).to_list()
             now = {d[ID]: d for d in docs}
             ops = [
                 op
@@ -960,7 +1073,52 @@ class MongoStore:
             ]
             if ops:
                 await self._jobs.bulk_write(ops, ordered=True)
+        await self._record_attempts(observing, now)
         return changed
+
+    async def _record_attempts(
+        self, observing: Mapping[str, Sequence[StatusEvent]], docs: Mapping[str, Document]
+    ) -> None:
+        """Merge the events into their runs' ``attempts`` (:func:`core.history.record_attempts`).
+
+        Each merged list is written with a compare-and-set on the list read (``{_id, attempts:
+        <as read>}``): a concurrent recorder's merge in between makes it match nothing, and that
+        run is read and merged again (merging is idempotent, so runs already written are left
+        alone). ``docs`` are the executions as read back by :meth:`apply_events`.
+
+        Raises:
+            StoreUnavailable: a history kept changing under :data:`UPDATE_ATTEMPTS` merges (the
+                recorder retries the batch).
+        """
+        for _ in range(UPDATE_ATTEMPTS):
+            ops, ids = [], []
+            for run_id, events in observing.items():
+                doc = docs.get(run_id)
+                if doc is None or doc.get("status") == NEVER_RAN.value:  # deleted; never ran
+                    continue
+                stored = doc.get("attempts")
+                known = _stored_attempts(run_id, stored)
+                history = record_attempts(known, events)
+                if history == known:
+                    continue
+                read = {"$exists": False} if stored is None else stored
+                update = {
+                    "$set": {"attempts": msgspec.to_builtins(history, builtin_types=(datetime,))}
+                }
+                ops.append(UpdateOne({ID: run_id, "attempts": read}, update))
+                ids.append(run_id)
+            if not ops:
+                return
+            with translated("record attempts"):
+                result = await self._executions.bulk_write(ops, ordered=False)
+                if result.matched_count == len(ops):
+                    return
+                again = await self._executions.find(
+                    {ID: {"$in": ids}}, {"status": 1, "attempts": 1}
+                ).to_list()
+            docs = {d[ID]: d for d in again}
+            observing = {run_id: observing[run_id] for run_id in ids}
+        raise StoreUnavailable("the attempt history of a run kept changing; retry")
 
     async def _transitions(
         self, events: Sequence[StatusEvent], *, upsert: bool
@@ -1021,3 +1179,15 @@ async def _create_indexes(db: AsyncDatabase[Document]) -> None:
             if error is not None:
                 raise error from None
             raise
+
+
+def _stored_attempts(run_id: str, stored: Any) -> list[Attempt]:
+    """A run's stored ``attempts``; an unreadable value (a newer version's, edited by hand) is
+    logged and started anew, so it never stops the recorder."""
+    if not stored:
+        return []
+    try:
+        return msgspec.convert(stored, list[Attempt])
+    except msgspec.ValidationError as e:
+        log.warning("mongodb: run %s has unreadable attempts (%s); recording them anew", run_id, e)
+        return []

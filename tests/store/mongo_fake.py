@@ -121,7 +121,8 @@ def _utc(value: Any) -> Any:
 
 
 class FakeCursor:
-    """``AsyncCursor`` / ``AsyncCommandCursor`` subset: ``sort``, ``limit``, ``to_list``."""
+    """``AsyncCursor`` / ``AsyncCommandCursor`` subset: ``sort``, ``skip``, ``limit``,
+    ``to_list``."""
 
     def __init__(
         self,
@@ -135,6 +136,7 @@ class FakeCursor:
         self._fetch = fetch
         self._filter = filter
         self._sort: list[tuple[str, int]] = []
+        self._skip = 0
         self._limit = 0
 
     def sort(self, key_or_list: str | Sequence[tuple[str, int]], direction: int = 1) -> FakeCursor:
@@ -142,6 +144,10 @@ class FakeCursor:
             self._sort = [(key_or_list, direction)]
         else:
             self._sort = list(key_or_list)
+        return self
+
+    def skip(self, skip: int) -> FakeCursor:
+        self._skip = skip
         return self
 
     def limit(self, limit: int) -> FakeCursor:
@@ -155,7 +161,7 @@ class FakeCursor:
             self._shared.queries.append(
                 Query(self._collection, "find", self._filter, tuple(self._sort))
             )
-        docs = list(self._fetch(self._sort, self._limit))
+        docs = list(self._fetch(self._sort, self._skip, self._limit))
         if length is not None:
             docs = docs[:length]
         return [_utc(d) for d in docs]
@@ -296,10 +302,12 @@ class FakeAsyncCollection:
     def find(
         self, filter: Mapping[str, Any], projection: Mapping[str, Any] | None = None
     ) -> FakeCursor:
-        def fetch(sort: list[tuple[str, int]], limit: int) -> Any:
+        def fetch(sort: list[tuple[str, int]], skip: int, limit: int) -> Any:
             cursor = self._c.find(filter, projection)
             if sort:
                 cursor = cursor.sort(sort)
+            if skip:
+                cursor = cursor.skip(skip)
             return cursor.limit(limit) if limit else cursor
 
         return FakeCursor(self._shared, self.name, fetch, filter)
@@ -313,7 +321,7 @@ class FakeAsyncCollection:
                 Query(self.name, "aggregate", stages[0]["$match"], tuple(sort.items()))
             )
         docs = list(self._c.aggregate(stages))
-        return FakeCursor(self._shared, self.name, lambda _s, _l: docs)
+        return FakeCursor(self._shared, self.name, lambda _sort, _skip, _limit: docs)
 
     async def find_one_and_update(
         self,

@@ -33,7 +33,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 from bson.errors import InvalidDocument
-from pymongo import AsyncMongoClient, IndexModel
+from pymongo import AsyncMongoClient, IndexModel, UpdateOne
 from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
@@ -79,6 +79,7 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneTarget,
 )
 from store import sqlite
 from store.mongo import (
@@ -293,6 +294,8 @@ CONTROL_SPEC = JobSpec(
     misfire_grace_seconds=5.0,
     max_catch_up=3,
     overlap_policy=OverlapPolicy.REPLACE,
+    history_limit=25,
+    history_max_age_seconds=3600.0,
 )
 
 
@@ -357,6 +360,35 @@ async def test_a_skipped_record_stores_its_reason_trigger_jitter_and_missed_time
     assert await store.get_execution(record.id) == record
 
 
+async def test_a_run_stores_its_attempts_as_an_array_of_documents(store: MongoStore) -> None:
+    """``attempts``: one document per attempt, oldest first, camelCase, BSON dates, every field
+    present (null included), as docs/data-model.md describes them for dashboards."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    assert (await raw(store, EXECUTIONS, d.execution.id))["attempts"] == []
+
+    await store.apply_events(
+        [
+            event(d.execution, ExecutionStatus.RUNNING, 1),
+            event(d.execution, ExecutionStatus.RETRYING, 1, error="ValueError: boom"),
+            event(d.execution, ExecutionStatus.RUNNING, 2),
+        ]
+    )
+
+    doc = await raw(store, EXECUTIONS, d.execution.id)
+    started = T0 + 2 * MIN / 60
+    assert doc["attempts"] == [
+        {"attempt": 1, "startedAt": started, "workerId": "w1", "finishedAt": T0 + 1 * MIN / 60,
+         "outcome": "RETRYING", "error": "ValueError: boom", "redelivered": False},
+        {"attempt": 2, "startedAt": started, "workerId": "w1", "finishedAt": None,
+         "outcome": None, "error": None, "redelivered": False},
+    ]  # fmt: skip
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 2]
+
+
 async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_at(
     store: MongoStore,
 ) -> None:
@@ -374,7 +406,15 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     )
     assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
     assert "nextRunAt" not in doc
+    assert (doc["historyLimit"], doc["historyMaxAgeSeconds"]) == (25, 3600.0)
     assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
+    back_to_defaults = JobChange(
+        "changed",
+        spec=dataclasses.replace(CONTROL_SPEC, history_limit=None, history_max_age_seconds=None),
+    )
+    await store.update_job("alice", j.id, back_to_defaults, now=at(2))
+    doc = await raw(store, JOBS, j.id)
+    assert "historyLimit" not in doc and "historyMaxAgeSeconds" not in doc  # null is absent
     assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
 
 
@@ -735,6 +775,17 @@ async def run_every_query(store: MongoStore) -> None:
     skipped = Execution(**{**_fields(run_of(jobs[5], at(5))), "status": ExecutionStatus.SKIPPED,
                            "state_rank": TERMINAL_RANK})  # fmt: skip
     await store.dispatch([Dispatch(skipped, expected_next_run_at=at(5), next_run_at=at(6))])
+    await store.apply_events([event(ds[1].execution, ExecutionStatus.SUCCEEDED)])
+    await store.prune_executions(
+        [
+            PruneTarget("j0", keep_last=0, finished_before=at(90), keep_id=ds[0].execution.id),
+            PruneTarget("j1", keep_last=0, finished_before=None, keep_id=None),
+            PruneTarget("j2", keep_last=None, finished_before=at(90), keep_id=None),
+        ],
+        limit=10,
+    )
+    await store.partition_jobs(1, after=None, limit=2)
+    await store.partition_jobs(1, after="j1", limit=2)
     await store.delete_job("alice", "j5")
     await store.due_jobs(set(range(450)), at(10), limit=10)  # three chunks of partitions
     await store.stale_executions(set(range(450)), at(100), limit=10)
@@ -1270,6 +1321,38 @@ async def test_concurrent_upsert_race_is_retried_not_dropped(
     stored = await store.get_execution(ex.id)
     assert stored is not None and stored.status == ExecutionStatus.SUCCEEDED
     assert (await store.get_job("alice", j.id)).status == JobStatus.SUCCEEDED
+
+
+async def test_an_attempt_history_that_keeps_changing_is_unavailable_then_retried(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another recorder changes the run's ``attempts`` before each of this one's
+    compare-and-sets: after three tries the batch fails as unavailable (the recorder retries
+    it); the retry, undisturbed, merges both recorders' attempts."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    collection = cast("FakeAsyncCollection", store.database[EXECUTIONS])
+    original = collection._apply
+    other = {"attempt": 7, "startedAt": T0, "workerId": "w7", "finishedAt": None,
+             "outcome": None, "error": None, "redelivered": True}  # fmt: skip
+
+    def competing(index: int, op: Any, details: dict[str, Any]) -> None:
+        if isinstance(op, UpdateOne) and "attempts" in op._filter:
+            collection._c.update_one({ID: d.execution.id}, {"$push": {"attempts": dict(other)}})
+        original(index, op, details)
+
+    monkeypatch.setattr(collection, "_apply", competing)
+    running = event(d.execution, ExecutionStatus.RUNNING, 1)
+    with pytest.raises(StoreUnavailable, match="attempt history"):
+        await store.apply_events([running])
+    monkeypatch.setattr(collection, "_apply", original)
+
+    await store.apply_events([running])
+
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 7]
 
 
 async def test_first_published_and_started_times_are_kept(store: MongoStore) -> None:
