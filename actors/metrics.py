@@ -72,6 +72,9 @@ DURATION_BUCKETS = (
 SKIP_REASONS = ("misfire", "overlap", "orphan")
 """Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
 
+DEAD_LETTER_REASONS = ("undecodable", "rejected")
+"""Values of the ``reason`` label of ``jobsched_dead_letters_total``."""
+
 UNKNOWN_TASK = "unknown"
 """``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
 
@@ -104,6 +107,9 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
+        pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
+            it (the pruner).
+        dead_letters: counter of status events the recorder set aside, by ``reason``.
     """
 
     def __init__(self) -> None:
@@ -197,6 +203,27 @@ class Metrics:
             "Failed attempts of the recorder to write a batch of status events to the store.",
             registry=registry,
         )
+        self.pruned_runs = Counter(
+            "jobsched_pruned_runs_total",
+            "Finished runs (executions) deleted by the retention rules (history limit, maximum "
+            "age).",
+            registry=registry,
+        )
+        self.prune_backlog = Gauge(
+            "jobsched_prune_backlog_jobs",
+            "Jobs with newly finished runs waiting to be pruned (count).",
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "jobsched_dead_letters_total",
+            "Status events the recorder set aside as dead letters (stored in the store's "
+            "dead_letters), by reason: undecodable (not a status event) or rejected (the store "
+            "refuses its write for good).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason=reason)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
 

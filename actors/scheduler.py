@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -44,7 +44,7 @@ from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
 from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
-from core.errors import BusUnavailable, StoreUnavailable
+from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
 from core.model import (
@@ -61,7 +61,7 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, JobStore
+from core.ports import Dispatch, DispatchOutcome, JobStore
 from core.quotas import Quotas, TokenRequest, runs_key
 from core.schedule import DEFAULT_MISFIRE_GRACE_S
 from core.timeutil import to_epoch_ms
@@ -122,6 +122,8 @@ class Scheduler:
         markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         metrics: where it observes scheduling delays, skips, its heap and partitions; default:
             a registry of its own.
+        on_finished_records: called with the ids of jobs it wrote a finished (SKIPPED) record
+            for, so their history can be pruned (the pruner's ``mark``).
     """
 
     def __init__(
@@ -135,8 +137,10 @@ class Scheduler:
         scheduler_id: str = "scheduler",
         markers: CancelMarkers | None = None,
         metrics: Metrics | None = None,
+        on_finished_records: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_finished_records = on_finished_records
         self.bus = bus
         self.clock = clock
         self.config = config
@@ -154,14 +158,15 @@ class Scheduler:
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
-        self._held: dict[str, int] = {}  # job id -> partition: jobs the runs quota held back
-        self._held_owners: set[str] = set()
+        self._over_quota: dict[str, int] = {}  # job id -> partition: held by the runs quota
+        self._owners_over_quota: set[str] = set()
         self.at_due = FireHeap()
         self.prepared: TimedQueue[RunMessage] = TimedQueue()
         self._prepared_changed = asyncio.Event()
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
         self.metrics = metrics or Metrics()
+        self._rejected: set[str] = set()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -229,6 +234,10 @@ class Scheduler:
                 log.warning("%s: %s; retrying in 1 s", self.name, e)
                 await self._pause(1.0)
                 continue
+            except StoreRejected as e:  # a read or a sweep write: a bug, never a crash loop
+                log.error("%s: %s; retrying in 1 s", self.name, e)
+                await self._pause(1.0)
+                continue
             finally:
                 heap_size.set(len(self.heap))
                 owned_partitions.set(len(self.owned))
@@ -271,7 +280,7 @@ class Scheduler:
         """Partitions taken away: stop dispatching them and forget their heap entries."""
         dropped = self.heap.drop_partitions(partitions)
         self.at_due.drop_partitions(partitions)
-        self._held = {j: p for j, p in self._held.items() if p not in partitions}
+        self._over_quota = {j: p for j, p in self._over_quota.items() if p not in partitions}
         log.info("%s dropped %d partition(s), %d heap entries", self.name, len(partitions), dropped)
 
     async def _pause(self, seconds: float) -> None:
@@ -382,15 +391,14 @@ class Scheduler:
             for j in await self.store.get_jobs(job_ids)
             if j.next_run_at is not None and j.partition in owned
         ]
-        self._forget_held(set(job_ids) - {j.id for j in jobs})
+        self._forget_over_quota(set(job_ids) - {j.id for j in jobs})
         chain = await self._plan(jobs, now)
         if not chain:
             return
-        outcomes = await self.store.dispatch([d for d, _, _ in chain])
         events: list[Event] = []
         ready: list[tuple[datetime, RunMessage]] = []
         upcoming: dict[str, tuple[datetime | None, int]] = {}
-        for (d, job, when), outcome in zip(chain, outcomes, strict=True):
+        for (d, job, when), outcome in await self._record(chain):
             if not outcome.advanced:
                 continue
             if d.execution.status == ExecutionStatus.QUEUED:
@@ -403,6 +411,7 @@ class Scheduler:
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self._window_end:
                 self.heap.push(job_id, nxt, partition)
+        self._recorded_finished(events)
         try:
             if events:
                 await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
@@ -411,6 +420,54 @@ class Scheduler:
                 self.prepared.add(when, message)
             if ready:
                 self._prepared_changed.set()
+
+    def _recorded_finished(self, events: list[Event]) -> None:
+        """Tell the pruner about the jobs that got a finished (SKIPPED) record now."""
+        jobs = [
+            e.job_id
+            for e in events
+            if isinstance(e, StatusEvent) and e.status == ExecutionStatus.SKIPPED
+        ]
+        if jobs and self._on_finished_records is not None:
+            self._on_finished_records(jobs)
+
+    async def _record(
+        self, chain: list[tuple[Dispatch, Job, datetime]]
+    ) -> list[tuple[tuple[Dispatch, Job, datetime], DispatchOutcome]]:
+        """Dispatch ``chain`` in one store call; each entry with its outcome.
+
+        A chain the store refuses for good (:class:`StoreRejected`) is halved until the refused
+        dispatch stands alone: its job is held back (logged once; the next scan tries it again)
+        and every other job's run goes out. The store's compare-and-set keeps a job's chain
+        consistent whichever half its entries land in.
+        """
+        try:
+            outcomes = await self.store.dispatch([d for d, _, _ in chain])
+        except StoreRejected as e:
+            if len(chain) == 1:
+                self._held_back(chain[0][1], e)
+                return []
+            mid = len(chain) // 2
+            return await self._record(chain[:mid]) + await self._record(chain[mid:])
+        self._rejected.difference_update(job.id for _, job, _ in chain)
+        return list(zip(chain, outcomes, strict=True))
+
+    def _held_back(self, job: Job, error: StoreRejected) -> None:
+        extra = {"job_id": job.id, "partition": job.partition}
+        if job.id in self._rejected:
+            log.debug("%s: job %s still cannot be dispatched: %s", self.name, job.id, error)
+            return
+        if len(self._rejected) >= 10_000:
+            self._rejected.clear()
+        self._rejected.add(job.id)
+        log.error(
+            "%s: the store refuses to record a run of job %s for good (%s); holding the job "
+            "back, the other jobs are dispatched",
+            self.name,
+            job.id,
+            error,
+            extra=extra,
+        )
 
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.
@@ -432,7 +489,7 @@ class Scheduler:
                 self.at_due.push(job.id, when, job.partition)
                 continue
             waited = self._waiting.pop(job.id, None)
-            held = job.id in self._held
+            held = job.id in self._over_quota
             try:
                 plan = plan_job(
                     job,
@@ -448,15 +505,15 @@ class Scheduler:
             decided.append(_Decided(job, plan, when, waited))
         chain: list[tuple[Dispatch, Job, datetime]] = []
         for d in await self._within_quota(decided, now):
-            self._held.pop(d.job.id, None)
+            self._over_quota.pop(d.job.id, None)
             chain.extend((x, d.job, d.when) for x in await self._follow(d.job, d.plan))
         return chain
 
-    def _forget_held(self, job_ids: Collection[str]) -> None:
+    def _forget_over_quota(self, job_ids: Collection[str]) -> None:
         """Jobs no longer due here (deleted, paused, finished, moved) are no longer held."""
-        if self._held:
+        if self._over_quota:
             for job_id in job_ids:
-                self._held.pop(job_id, None)
+                self._over_quota.pop(job_id, None)
 
     async def _within_quota(self, decided: list[_Decided], now: datetime) -> list[_Decided]:
         """The decisions whose runs their owners' runs-per-minute quota allows now; the others
@@ -471,26 +528,28 @@ class Scheduler:
         )
         denied = {id(d): w for d, w in zip(asking, waits, strict=True) if w}
         granted_owners = {d.job.owner for d in asking if id(d) not in denied}
-        for owner in granted_owners & self._held_owners:
-            self._held_owners.discard(owner)
+        for owner in granted_owners & self._owners_over_quota:
+            self._owners_over_quota.discard(owner)
             log.info("%s: user %r is within the runs-per-minute quota again", self.name, owner)
         for d in decided:
             wait = denied.get(id(d))
             if wait is not None:  # whole milliseconds, at least one: a hold never spins
-                self._hold(d, now + timedelta(milliseconds=max(1, math.ceil(wait * 1000))))
+                self._hold_for_quota(
+                    d, now + timedelta(milliseconds=max(1, math.ceil(wait * 1000)))
+                )
         return [d for d in decided if id(d) not in denied]
 
-    def _hold(self, d: _Decided, until: datetime) -> None:
+    def _hold_for_quota(self, d: _Decided, until: datetime) -> None:
         """Hold ``d``'s job back until ``until``: planned again then (not earlier — a held job
         must not spin on its bucket), its ``bufferOne`` wait kept."""
         job = d.job
         if d.waited is not None:
             self._waiting[job.id] = d.waited
-        self._held[job.id] = job.partition
+        self._over_quota[job.id] = job.partition
         self.at_due.push(job.id, until, job.partition)
         self.metrics.held_runs.inc(len(d.plan.queued))
-        if job.owner not in self._held_owners and len(self._held_owners) < 10_000:
-            self._held_owners.add(job.owner)
+        if job.owner not in self._owners_over_quota and len(self._owners_over_quota) < 10_000:
+            self._owners_over_quota.add(job.owner)
             log.info(
                 "%s: user %r is over the runs-per-minute quota (%d); holding runs back",
                 self.name,

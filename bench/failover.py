@@ -109,9 +109,15 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
         for r in runs
         if r.started_at and r.scheduled_for >= killed_at and r.status == "SUCCEEDED"
     ]
+    published = [
+        (r.published_at - r.scheduled_for).total_seconds()
+        for r in runs
+        if r.published_at and r.scheduled_for >= killed_at and r.status == "SUCCEEDED"
+    ]
     return {
         "ttl": settings.lease_ttl_seconds,
         "delays": delays,
+        "published": published,
         "failover": failover_seconds(runs, "s1", killed_at) if scenario == "scheduler" else None,
         "leases_lost": logs.count("lease(s) to another scheduler"),
         "fenced": logs.count("could not renew"),
@@ -125,7 +131,8 @@ def _row(name: str, r: dict[str, Any]) -> str:
     failover = "" if r["failover"] is None else f"{r['failover']:.2f}"
     return (
         f"{name:>12} {len(d):>5} {percentile(d, 50):>7.2f} {percentile(d, 99):>7.2f} "
-        f"{max(d):>7.2f} {failover:>9} {r['leases_lost']:>6} {r['fenced']:>6} "
+        f"{max(d):>7.2f} {max(r['published']):>7.2f} {failover:>9} "
+        f"{r['leases_lost']:>6} {r['fenced']:>6} "
         f"{r['duplicates']:>5} {r['lost']:>5}"
     )
 
@@ -145,9 +152,9 @@ async def main() -> None:
     )
     args = parser.parse_args()
     header = (
-        f"{'run':>12} {'due':>5} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'failover':>9} "
-        f"{'lost':>6} {'fenced':>6} {'dup':>5} {'lost':>5}\n"
-        f"{'':>12} {'after':>5} {'delay (scheduledFor → startedAt)':^23} {'s':>9} "
+        f"{'run':>12} {'due':>5} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'pub max':>7} "
+        f"{'failover':>9} {'lost':>6} {'fenced':>6} {'dup':>5} {'lost':>5}\n"
+        f"{'':>12} {'after':>5} {'delay (scheduledFor → startedAt)':^23} {'s':>7} {'s':>9} "
         f"{'leases':>6} {'leases':>6} {'runs':>5} {'runs':>5}"
     )
     summary = []
@@ -165,6 +172,7 @@ async def main() -> None:
         total = {
             "ttl": results[0]["ttl"],
             "delays": [x for r in results for x in r["delays"]],
+            "published": [x for r in results for x in r["published"]],
             "failover": max(r["failover"] for r in results) if scenario == "scheduler" else None,
             **{k: sum(r[k] for r in results) for k in ("leases_lost", "fenced", "duplicates")},
             "lost": sum(r["lost"] for r in results),

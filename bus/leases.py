@@ -45,6 +45,16 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
 
 
+def _owner(value: bytes) -> str | None:
+    """The owner a lease value names; None for a value that is not a lease (written by hand
+    or by another version): not ours, and no reason to stop the ownership loop over it."""
+    try:
+        return _decode(value).owner
+    except msgspec.DecodeError:
+        log.warning("lease value %r is not a lease; treating it as someone else's", value[:100])
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Live schedulers and taken partitions, as the bucket shows them now."""
@@ -105,7 +115,7 @@ class LeaseBucket:
                 entry = await self.kv.get(key)
             except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
                 return None
-            if entry.value is None or _decode(entry.value).owner != owner or entry.revision is None:
+            if entry.value is None or _owner(entry.value) != owner or entry.revision is None:
                 return None
             try:
                 return int(await self.kv.update(key, value, last=entry.revision))
@@ -133,7 +143,7 @@ class LeaseBucket:
                 entry = await self.kv.get(key)
             except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
                 raise LeaseLost(f"lease of partition {partition} expired") from None
-            if entry.value is None or entry.revision is None or _decode(entry.value).owner != owner:
+            if entry.value is None or entry.revision is None or _owner(entry.value) != owner:
                 raise LeaseLost(f"lease of partition {partition} was taken over") from None
             try:
                 return int(await self.kv.update(key, value, last=entry.revision))

@@ -82,6 +82,9 @@ class BusConfig:
         servers: NATS server URLs.
         prefix: first subject token and stream-name prefix.
         ack_wait_s: ack wait of the work consumers (seconds).
+        recorder_ack_wait_s: ack wait of the recorder's consumer of the status stream (seconds):
+            a batch of events not acknowledged this long after its delivery (nor kept by an
+            in-progress ack) is delivered again, to any recorder.
         max_deliver: max deliveries of the work consumers.
         duplicate_window_s: de-duplication window of the work stream (seconds).
         status_retention_s: max age of status events (seconds).
@@ -91,6 +94,7 @@ class BusConfig:
     servers: list[str]
     prefix: str = "jobsched"
     ack_wait_s: float = 30.0
+    recorder_ack_wait_s: float = 30.0
     max_deliver: int = 20
     duplicate_window_s: float = 120.0
     status_retention_s: float = 86400.0
@@ -171,6 +175,18 @@ class Delivery:
     def num_delivered(self) -> int:
         """1 for the first delivery, +1 for each redelivery (ack-wait expiry or nak)."""
         return int(self._msg.metadata.num_delivered)
+
+    @property
+    def subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def stored_id(self) -> str:
+        """``<stream>:<stream sequence>:<stored at, ms since the epoch>``: the identity of the
+        stored message, the same on every redelivery (and not reused by a re-created stream,
+        whose sequences start again)."""
+        md = self._msg.metadata
+        return f"{md.stream}:{md.sequence.stream}:{int(md.timestamp.timestamp() * 1000)}"
 
     async def ack(self) -> None:
         with translated("ack"):
@@ -531,13 +547,15 @@ class Bus:
             await self.js.add_consumer(c.work_stream, cfg)
 
     async def ensure_recorder_consumer(self, name: str = RECORDER_CONSUMER) -> None:
+        """Create or update the recorders' durable pull consumer of the status stream
+        (idempotent; an existing consumer takes the configured ack wait)."""
         c = self.config
         cfg = ConsumerConfig(
             durable_name=name,
             filter_subject=f"{c.prefix}.status.>",
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
-            ack_wait=30.0,
+            ack_wait=c.recorder_ack_wait_s,
             max_ack_pending=20_000,
             max_waiting=512,
         )

@@ -36,6 +36,8 @@ SPEC_FIELDS = (
     "misfire_grace_seconds",
     "max_catch_up",
     "overlap_policy",
+    "history_limit",
+    "history_max_age_seconds",
     "status",
     "next_run_at",
 )

@@ -189,6 +189,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         errors = e.errors if isinstance(e, InvalidRequest) else None
         if isinstance(e, Unavailable):
             log.warning("503 for %s %s: %s", request.method, request.path, e)
+        elif e.status >= 500:  # e.g. StoreRejected: a value the validation let through
+            log.error("%d for %s %s (request %s): %s", e.status, request.method, request.path,
+                      request_id, e)  # fmt: skip
         quota = e if isinstance(e, QuotaExceeded) else None
         resp = problem_response(
             e.status, e.code, TITLES.get(e.status, "Error"), e.message, request, errors, quota

@@ -217,6 +217,8 @@ class NatsApi:
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)
+                elif e.status >= 500:
+                    log.error("NATS API %s: %s", name, e)
                 extra = None
                 if isinstance(e, QuotaExceeded) and e.retry_after_s is not None:
                     extra = {"Retry-After": retry_after(e.retry_after_s)}

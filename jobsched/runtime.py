@@ -24,6 +24,7 @@ from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
+from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.cancel import CancelMarkers
@@ -31,6 +32,7 @@ from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
+from core.history import Retention
 from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
@@ -99,6 +101,7 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
         servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
         prefix=settings.subject_prefix,
         ack_wait_s=settings.ack_wait_seconds,
+        recorder_ack_wait_s=settings.recorder_ack_wait_seconds,
         max_deliver=settings.max_deliver,
         duplicate_window_s=settings.duplicate_window_seconds,
         status_retention_s=settings.status_retention_seconds,
@@ -277,6 +280,14 @@ class Roles:
         return self.scheduler if self.recorder is None else self.recorder
 
 
+def retention_config(settings: Settings) -> RetentionConfig:
+    return RetentionConfig(
+        default=Retention.of_settings(settings.history_limit, settings.history_max_age_seconds),
+        partitions=settings.partitions,
+        sweep_interval_s=settings.history_sweep_interval_seconds,
+    )
+
+
 def make_scheduler(
     settings: Settings,
     store: JobStore,
@@ -284,8 +295,9 @@ def make_scheduler(
     clock: Clock,
     markers: CancelMarkers,
     metrics: Metrics,
-) -> Scheduler:
-    """A scheduler that shares the partitions with its peers through leases.
+) -> list[Actor]:
+    """A scheduler that shares the partitions with its peers through leases, and the pruner
+    that applies the retention rules to the same partitions.
 
     Raises:
         ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
@@ -304,7 +316,10 @@ def make_scheduler(
         settings.partitions,
         ttl_s=settings.lease_ttl_seconds,
     )
-    return Scheduler(
+    pruner = Pruner(
+        store, bus, clock, retention_config(settings), ownership=ownership, metrics=metrics
+    )
+    scheduler = Scheduler(
         store,
         bus,
         clock,
@@ -313,7 +328,9 @@ def make_scheduler(
         scheduler_id=member,
         markers=markers,
         metrics=metrics,
+        on_finished_records=pruner.mark,
     )
+    return [scheduler, pruner]
 
 
 async def until_stopped(starting: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -383,10 +400,11 @@ async def serve(
             actors.append(NatsApi(bus, app[SERVICE], secret))
         if roles.scheduler:
             assert store is not None
-            actors.append(make_scheduler(settings, store, bus, clock, markers, metrics))
+            actors += make_scheduler(settings, store, bus, clock, markers, metrics)
         if roles.runs_recorder:
             assert store is not None
-            actors.append(Recorder(bus, store, metrics=metrics))
+            ack_wait_s = settings.recorder_ack_wait_seconds
+            actors.append(Recorder(bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
         if roles.worker:
             assert catalog is not None
             config = worker_config(settings)

@@ -140,3 +140,24 @@ async def test_an_outage_shorter_than_the_ttl_fences_leases_without_losing_them(
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 10)
         await bus.close()
+
+
+async def test_a_lease_value_that_is_no_lease_is_someone_elses_not_a_crash(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """A key written by hand or by another version must not stop the ownership loop (and with
+    it the scheduler): the partition is not ours until the value expires with the TTL."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        bucket = LeaseBucket(bus, ttl_s=30)
+        await bucket.open()
+        await bucket.kv.put("p.3", b"\x00 not a lease")
+        assert await bucket.acquire(3, "me") is None
+        mine = await bucket.acquire(4, "me")
+        assert mine is not None
+        await bucket.kv.put("p.4", b"\x00 not a lease either")  # overwritten under our feet
+        with pytest.raises(LeaseLost):
+            await bucket.renew(4, "me", mine)
+    finally:
+        await bus.close()

@@ -11,7 +11,9 @@ from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig
 from core.errors import BusUnavailable
 from core.ids import execution_id
 from core.model import RunMessage
+from core.settings import load_settings
 from jobsched.natsserver import NatsServer
+from jobsched.runtime import bus_config
 
 
 async def test_cancelled_pings_leave_the_connection_working(
@@ -137,3 +139,34 @@ async def test_runs_in_stream_bounds_its_lookups_and_stops_them_all_at_the_first
     # the failure frees one slot before the batch sees it: at most one more lookup starts
     assert started <= RUN_LOOKUP_CONCURRENCY + 1
     assert in_flight == 0  # and those started were cancelled, none left running
+
+
+async def test_the_recorder_consumer_takes_the_configured_ack_wait(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """``JOBSCHED_RECORDER_ACK_WAIT_SECONDS`` reaches the recorders' consumer, also one that
+    exists already with another ack wait (an upgrade, a changed setting)."""
+    first = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    changed = Bus(BusConfig(servers=[nats_server.url], prefix=prefix, recorder_ack_wait_s=7.5))
+    await first.connect()
+    await changed.connect()
+    try:
+        await first.ensure_streams()
+        await first.ensure_recorder_consumer()
+        info = await first.js.consumer_info(first.config.status_stream, "recorder")
+        assert info.config.ack_wait == 30.0
+
+        await changed.ensure_recorder_consumer()
+
+        info = await changed.js.consumer_info(changed.config.status_stream, "recorder")
+        assert info.config.ack_wait == 7.5
+    finally:
+        await changed.close()
+        await first.close()
+
+
+def test_the_recorder_ack_wait_setting_reaches_the_bus() -> None:
+    settings = load_settings({"JOBSCHED_RECORDER_ACK_WAIT_SECONDS": "45"})
+
+    assert bus_config(settings).recorder_ack_wait_s == 45.0
+    assert bus_config(load_settings({})).recorder_ack_wait_s == 30.0

@@ -84,7 +84,7 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.redeliveries.labels(queue="default").inc()
 
     families = list(metrics.registry.collect())
-    assert len(families) == 15
+    assert len(families) == 18
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
         assert family.documentation, family.name

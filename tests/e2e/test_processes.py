@@ -53,6 +53,13 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
         [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
         assert (run.attempt, run.worker_id) == (2, "w2")
+        lost, redelivered = run.attempts
+        assert (lost.attempt, lost.worker_id, lost.started_at) == (1, "w1", running[0].started_at)
+        assert (lost.outcome, lost.finished_at, lost.redelivered) == (None, None, False)
+        assert (redelivered.attempt, redelivered.worker_id) == (2, "w2")
+        assert redelivered.started_at == running[1].started_at
+        assert (redelivered.outcome, redelivered.redelivered) == (ExecutionStatus.SUCCEEDED, True)
+        assert run.started_at == lost.started_at  # the run's first start, kept
 
 
 def dev_env(make_settings: SettingsFactory, data: Path) -> dict[str, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import nats
+import nats.errors
 import nats.js.errors
 
 from core.settings import Settings
@@ -102,7 +103,10 @@ class Cluster:
         share = -(-n // len(wanted))
         async with asyncio.timeout(timeout_s):
             while True:
-                owners = await self.lease_owners()
+                try:
+                    owners = await self.lease_owners()
+                except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                    owners = {}  # a NATS cluster still electing its leaders
                 by: dict[str, set[int]] = {m: set() for m in wanted}
                 for p, o in owners.items():
                     by.setdefault(o, set()).add(p)
