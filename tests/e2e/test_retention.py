@@ -40,7 +40,8 @@ async def test_a_fast_interval_job_keeps_its_limit_plus_the_runs_in_flight(
     every look its history holds at most 5 + in-flight records, and once it is paused exactly
     its 5 latest runs remain; the scheduler process counts what it pruned."""
     port = free_port()
-    settings = make_settings(history_limit=1000)
+    # 0.2 s runs are this test's load: below the default smallest interval (1 s)
+    settings = make_settings(history_limit=1000, quota_min_interval_seconds=0.1)
     async with start_stack(settings, Roles(gateway=True)) as stack:
         scheduler = Child(
             ["scheduler"],
@@ -92,10 +93,17 @@ async def test_a_fast_interval_job_keeps_its_limit_plus_the_runs_in_flight(
             scheduler.close()
 
 
-async def test_skipped_records_are_pruned_while_the_long_run_still_runs(stack: Stack) -> None:
+async def test_skipped_records_are_pruned_while_the_long_run_still_runs(
+    make_settings: SettingsFactory,
+) -> None:
     """``overlapPolicy: forbid``: while one run sleeps, every occurrence due meanwhile becomes a
     SKIPPED record. No run finishes, so no finish notice: the scheduler itself marks the job for
     the pruner, which keeps the 3 most recent records while the long run goes on."""
+    async with start_stack(make_settings(quota_min_interval_seconds=0.1)) as stack:
+        await _skipped_records_are_pruned(stack)
+
+
+async def _skipped_records_are_pruned(stack: Stack) -> None:
     client = stack.client()
     job = await client.create_job(
         {
