@@ -70,6 +70,9 @@ DURATION_BUCKETS = (
 SKIP_REASONS = ("misfire", "overlap", "orphan")
 """Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
 
+LEASE_LOSS_REASONS = ("expired", "taken")
+"""Values of the ``reason`` label of ``jobsched_lease_losses_total``."""
+
 UNKNOWN_TASK = "unknown"
 """``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
 
@@ -101,6 +104,9 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
+        lease_losses: counter of partition leases lost, by ``reason`` (scheduler).
+        nats_disconnects: counter of unexpected losses of a NATS connection, by ``connection``
+            (every process; see :meth:`nats_disconnected`).
     """
 
     def __init__(self) -> None:
@@ -188,6 +194,22 @@ class Metrics:
             "Failed attempts of the recorder to write a batch of status events to the store.",
             registry=registry,
         )
+        self.lease_losses = Counter(
+            "jobsched_lease_losses_total",
+            "Partition leases this scheduler lost: not renewed in time (expired) or found "
+            "taken by another scheduler at renewal (taken).",
+            ["reason"],
+            registry=registry,
+        )
+        self.nats_disconnects = Counter(
+            "jobsched_nats_disconnects_total",
+            "Unexpected losses of a NATS connection of this process (network, server restart, "
+            "cut by the server as a slow consumer), by connection.",
+            ["connection"],
+            registry=registry,
+        )
+        for reason in LEASE_LOSS_REASONS:
+            self.lease_losses.labels(reason=reason)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
 
@@ -205,6 +227,11 @@ class Metrics:
                 cancelled=self.runs.labels(task=task_id, status="cancelled"),
             )
         return bound
+
+    def nats_disconnected(self, connection: str) -> Callable[[], None]:
+        """The callback that counts losses of the NATS connection ``connection`` (a bounded set
+        of names: one per role), created at zero; pass it as ``Bus(on_disconnect=...)``."""
+        return self.nats_disconnects.labels(connection=connection).inc
 
     def skipped(self, reason: str, count: int = 1) -> None:
         """Count ``count`` skipped occurrences; ``reason`` is a run's ``skipReason`` text, whose

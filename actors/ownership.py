@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from actors.metrics import Metrics
 from bus.leases import LeaseBucket, LeaseLost
 from bus.nats import raise_if_cancelling
 from core.errors import BusUnavailable
@@ -84,6 +85,8 @@ class LeaseOwnership:
         partitions: number of partitions (N).
         ttl_s: lease TTL (seconds); renewals every ``ttl_s / 3``.
         round_s: how often free partitions are looked for (seconds).
+        metrics: where lost leases are counted (``jobsched_lease_losses_total``); default: a
+            registry of its own.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class LeaseOwnership:
         *,
         ttl_s: float,
         round_s: float = 1.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.bucket = bucket
         self.member = member
@@ -103,6 +107,7 @@ class LeaseOwnership:
         self._leases: dict[int, _Lease] = {}
         self._stop = asyncio.Event()
         self.members = 1
+        self.metrics = metrics or Metrics()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -183,6 +188,7 @@ class LeaseOwnership:
                 continue
             self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
         if lost:
+            self.metrics.lease_losses.labels(reason="taken").inc(len(lost))
             log.warning("%s lost %d lease(s) to another scheduler", self.member, len(lost))
             on_lost(frozenset(lost))
 
@@ -192,6 +198,7 @@ class LeaseOwnership:
         if expired:
             for p in expired:
                 self._leases.pop(p, None)
+            self.metrics.lease_losses.labels(reason="expired").inc(len(expired))
             log.warning(
                 "%s could not renew %d lease(s) in time; stopped dispatching them",
                 self.member,

@@ -363,11 +363,20 @@ class Bus:
     Args:
         config: subjects, streams and consumer settings.
         name: client name shown by the server (``jobsched-scheduler`` …).
+        on_disconnect: called (no arguments) each time the connection is lost unexpectedly: a
+            network failure, a server restart, or the server cutting a slow consumer.
     """
 
-    def __init__(self, config: BusConfig, *, name: str = "jobsched") -> None:
+    def __init__(
+        self,
+        config: BusConfig,
+        *,
+        name: str = "jobsched",
+        on_disconnect: Callable[[], None] | None = None,
+    ) -> None:
         self.config = config
-        self._name = name
+        self.name = name
+        self._on_disconnect = on_disconnect
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._closing = False
@@ -383,7 +392,9 @@ class Bus:
         async def on_disconnect() -> None:
             self.connected.clear()
             if not self._closing:
-                log.warning("NATS disconnected; reconnecting")
+                log.warning("NATS connection %s lost; reconnecting", self.name)
+                if self._on_disconnect is not None:
+                    self._on_disconnect()
 
         async def on_reconnect() -> None:
             self.connected.set()
@@ -415,7 +426,7 @@ class Bus:
         nc = PongSafeClient()
         await nc.connect(
             servers=self.config.servers,
-            name=self._name,
+            name=self.name,
             max_reconnect_attempts=attempts,
             reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
             connect_timeout=2,

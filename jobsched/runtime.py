@@ -151,9 +151,10 @@ async def opened_store(settings: Settings) -> AsyncIterator[JobStore]:
 
 @asynccontextmanager
 async def connected_bus(
-    settings: Settings, name: str, servers: str | None = None
+    settings: Settings, name: str, servers: str | None = None, metrics: Metrics | None = None
 ) -> AsyncIterator[Bus]:
-    bus = Bus(bus_config(settings, servers), name=name)
+    on_disconnect = metrics.nats_disconnected(name) if metrics is not None else None
+    bus = Bus(bus_config(settings, servers), name=name, on_disconnect=on_disconnect)
     await bus.connect()
     try:
         await bus.ensure_streams()
@@ -269,6 +270,7 @@ def make_scheduler(
         member,
         settings.partitions,
         ttl_s=settings.lease_ttl_seconds,
+        metrics=metrics,
     )
     return Scheduler(
         store,
@@ -320,7 +322,9 @@ async def serve(
     catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
     secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
     async with AsyncExitStack() as stack:
-        connecting = stack.enter_async_context(connected_bus(settings, "jobsched", servers))
+        connecting = stack.enter_async_context(
+            connected_bus(settings, "jobsched", servers, metrics)
+        )
         bus = await until_stopped(connecting, stop)
         if bus is None:
             return

@@ -137,3 +137,27 @@ async def test_runs_in_stream_bounds_its_lookups_and_stops_them_all_at_the_first
     # the failure frees one slot before the batch sees it: at most one more lookup starts
     assert started <= RUN_LOOKUP_CONCURRENCY + 1
     assert in_flight == 0  # and those started were cancelled, none left running
+
+
+async def test_an_unexpected_disconnect_is_reported_and_a_close_is_not(
+    own_nats: NatsServer, prefix: str
+) -> None:
+    lost = asyncio.Event()
+    count = 0
+
+    def on_disconnect() -> None:
+        nonlocal count
+        count += 1
+        lost.set()
+
+    bus = Bus(BusConfig(servers=[own_nats.url], prefix=prefix), on_disconnect=on_disconnect)
+    await bus.connect()
+    try:
+        own_nats.restart()
+        async with asyncio.timeout(10):
+            await lost.wait()
+            await bus.connected.wait()
+            await bus.ping()
+    finally:
+        await bus.close()
+    assert count == 1
