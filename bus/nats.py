@@ -10,9 +10,11 @@ Layout (``<p>`` = ``subject_prefix``, ``<P>`` = the same for stream names):
                                         workers of the queue. ``<run-key>`` is a hash of the
                                         execution id, so whether a run's message is still in the
                                         stream is one "last message by subject" lookup.
-``<p>.status.<owner-key>.<job-id>``     execution transitions (:class:`StatusEvent`); stream
-                                        ``<P>_STATUS``, limits retention (``max_age``); durable
-                                        pull consumer ``recorder`` writes them to the store.
+``<p>.status.<owner-key>.<job-id>``     execution transitions (:class:`StatusEvent`) and job
+                                        changes (:class:`JobEvent`); stream ``<P>_STATUS``, limits
+                                        retention (``max_age``), ``allow_direct`` (replays, see
+                                        :mod:`bus.status`); durable pull consumer ``recorder``
+                                        writes them to the store.
 ``<p>.notify.<partition>``              core NATS: a job was created or changed
                                         (:class:`JobNotice`), for the partition's scheduler.
 ======================================  =========================================================
@@ -112,6 +114,10 @@ class BusConfig:
     def status_subject(self, owner: str, job_id: str) -> str:
         return f"{self.prefix}.status.{owner_key(owner)}.{job_id}"
 
+    def status_filter(self, owner: str, job_id: str | None = None) -> str:
+        """The subject of ``owner``'s events: of one job, or of all (``<p>.status.<key>.>``)."""
+        return self.status_subject(owner, job_id or ">")
+
     def notify_subject(self, partition: int) -> str:
         return f"{self.prefix}.notify.{partition}"
 
@@ -157,6 +163,16 @@ class Delivery:
     @property
     def data(self) -> bytes:
         return self._msg.data
+
+    @property
+    def subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def sequences(self) -> tuple[int, int]:
+        """(consumer sequence, stream sequence) of this delivery (from its ``$JS.ACK`` reply)."""
+        sequence = self._msg.metadata.sequence
+        return int(sequence.consumer), int(sequence.stream)
 
     @property
     def msg_id(self) -> str | None:
@@ -526,6 +542,7 @@ class Bus:
             max_age=c.status_retention_s,
             duplicate_window=min(120.0, c.status_retention_s),
             num_replicas=c.replicas,
+            allow_direct=True,
         )
         for cfg in (work, status):
             await self._ensure_stream(cfg)
