@@ -107,6 +107,10 @@ class Metrics:
         lease_losses: counter of partition leases lost, by ``reason`` (scheduler).
         nats_disconnects: counter of unexpected losses of a NATS connection, by ``connection``
             (every process; see :meth:`nats_disconnected`).
+        ws_connections / ws_catching_up / ws_slow_consumers: WebSocket connections open, those
+            reading from the status stream, and those closed as slow consumers (gateway).
+        ws_replayed_events: counter of events WebSocket subscriptions read from the stream
+            (gateway).
     """
 
     def __init__(self) -> None:
@@ -206,6 +210,29 @@ class Metrics:
             "Unexpected losses of a NATS connection of this process (network, server restart, "
             "cut by the server as a slow consumer), by connection.",
             ["connection"],
+            registry=registry,
+        )
+        self.ws_connections = Gauge(
+            "jobsched_ws_connections",
+            "WebSocket connections (GET /ws) open on this gateway (count).",
+            registry=registry,
+        )
+        self.ws_catching_up = Gauge(
+            "jobsched_ws_catching_up",
+            "WebSocket subscriptions reading from the status stream, resuming from a "
+            "lastEventId or fallen behind the live feed (count).",
+            registry=registry,
+        )
+        self.ws_replayed_events = Counter(
+            "jobsched_ws_replayed_events_total",
+            "Events read from the status stream for WebSocket subscriptions that resume from a "
+            "lastEventId or fell behind (replay reads, all clients of this gateway).",
+            registry=registry,
+        )
+        self.ws_slow_consumers = Counter(
+            "jobsched_ws_slow_consumer_closes_total",
+            "WebSocket connections closed with 4008: their client took no event for "
+            "JOBSCHED_WS_STALL_SECONDS while events waited for it.",
             registry=registry,
         )
         for reason in LEASE_LOSS_REASONS:

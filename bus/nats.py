@@ -759,37 +759,6 @@ class Bus:
                 self.config.notify_subject(notice.partition), run_encoder.encode(notice)
             )
 
-    async def follow_events(
-        self,
-        owner: str,
-        start_seq: int | None,
-        handler: Callable[[int, bytes], Awaitable[None]],
-    ) -> Closeable:
-        """Follow the status events of ``owner``'s jobs, in stream order, from ``start_seq``
-        (None: only new ones), through a JetStream ordered consumer (gap-free; re-created by the
-        client after a reconnect). ``handler(event id, event JSON)``."""
-        subject = f"{self.config.prefix}.status.{owner_key(owner)}.>"
-        if start_seq is None:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
-        else:
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start_seq)
-            )
-
-        async def on_msg(msg: Msg) -> None:
-            await handler(int(msg.metadata.sequence.stream), msg.data)
-
-        with translated("follow events"):
-            sub = await self.js.subscribe(
-                subject,
-                stream=self.config.status_stream,
-                cb=on_msg,
-                ordered_consumer=True,
-                config=config,
-                idle_heartbeat=5.0,
-            )
-        return Closeable(sub)
-
     async def publish_finished(self, job_ids: list[str]) -> None:
         """Core-NATS notice: runs of these jobs ended (schedulers wake buffered occurrences)."""
         with translated("notify finished runs"):

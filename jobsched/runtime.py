@@ -136,6 +136,8 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
         max_attempts_limit=settings.max_deliver,
         ws_buffer=settings.ws_buffer_events,
         ws_stall_s=settings.ws_stall_seconds,
+        ws_replay_concurrency=settings.ws_replay_concurrency,
+        ws_replay_events_per_s=settings.ws_replay_events_per_second,
     )
 
 
@@ -346,6 +348,8 @@ async def serve(
                 gateway_config(settings, secret),
                 markers,
                 metrics.registry,
+                live_bus=bus,
+                metrics=metrics,
             )
             app = create_app(deps)
             gateway = Gateway(app, settings.http_host, settings.http_port)

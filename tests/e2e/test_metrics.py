@@ -85,7 +85,7 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.nats_disconnected("scheduler")()
 
     families = list(metrics.registry.collect())
-    assert len(families) == 16
+    assert len(families) == 20
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
         assert family.documentation, family.name
