@@ -407,7 +407,8 @@ class _Connection:
         finally:
             self._unfollow()
             if not self.ws.closed and not self.overflow.is_set():
-                await self.ws.close()
+                with contextlib.suppress(ConnectionError):
+                    await self.ws.close()
 
     async def _read(self) -> None:
         async for msg in self.ws:
@@ -427,7 +428,8 @@ class _Connection:
         try:
             await self.live.started()
         except BusUnavailable as e:
-            await self.ws.close(code=CLOSE_UNAVAILABLE, message=e.message.encode()[:120])
+            with contextlib.suppress(ConnectionError):
+                await self.ws.close(code=CLOSE_UNAVAILABLE, message=e.message.encode()[:120])
             return
         assert self.live.bus is not None and self.live.reader is not None and self._tg is not None
         job_ids = message.job_ids
@@ -466,7 +468,7 @@ class _Connection:
             self.overflow.set()
         except BusUnavailable as e:
             log.warning("live status of %s: %s", self.user, e)
-            with contextlib.suppress(ConnectionResetError):
+            with contextlib.suppress(ConnectionError):
                 await self.ws.close(code=CLOSE_UNAVAILABLE, message=e.message.encode()[:120])
 
     async def _write(self) -> None:
@@ -491,7 +493,7 @@ class _Connection:
             except TimeoutError:
                 self.overflow.set()
                 return
-            except ConnectionResetError:
+            except ConnectionError:  # the client is gone; the read loop ends the connection
                 return
 
     async def _watch_overflow(self, writer: asyncio.Task[None]) -> None:
@@ -515,7 +517,7 @@ class _Connection:
                     code=CLOSE_SLOW,
                     message=b"slow consumer: buffer overflowed; reconnect with lastEventId",
                 )
-        except (TimeoutError, ConnectionResetError, asyncio.CancelledError):
+        except (TimeoutError, ConnectionError, asyncio.CancelledError):
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise  # this task is being cancelled: not the drain's stale future
@@ -524,5 +526,5 @@ class _Connection:
         raise _SlowConsumer
 
     async def _send(self, message: Outbound) -> None:
-        with contextlib.suppress(ConnectionResetError):
+        with contextlib.suppress(ConnectionError):
             await self.ws.send_str(_encoder.encode(message).decode())
