@@ -44,9 +44,12 @@ FEED_INACTIVE_THRESHOLD_S = 60.0
 """The server deletes a feed's consumer after this long without a pull request (seconds)."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One message of the status stream: its sequence (the event id), subject and JSON body."""
+class StoredEvent(msgspec.Struct, frozen=True, gc=False):
+    """One message of the status stream: its sequence (the event id), subject and JSON body.
+
+    Not tracked by the garbage collector (``gc=False``: it holds no containers): replays make
+    many of them, and tracked ones would make the collector's full passes come more often.
+    """
 
     seq: int
     subject: str

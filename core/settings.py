@@ -116,7 +116,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ws_buffer_events: PositiveInt = 1000
     ws_stall_seconds: Positive = 5.0
     ws_replay_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
-    ws_replay_events_per_second: Annotated[float, msgspec.Meta(ge=0)] = 10000.0
+    ws_replay_events_per_second: Annotated[float, msgspec.Meta(ge=0)] = 5000.0
     max_body_bytes: PositiveInt = 64 * 1024
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     tasks: str = "jobsched.tasks:builtin_catalog"

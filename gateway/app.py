@@ -90,7 +90,7 @@ class GatewayConfig:
     ws_buffer: int = 1000
     ws_stall_s: float = 5.0
     ws_replay_concurrency: int = 4
-    ws_replay_events_per_s: float = 10000.0
+    ws_replay_events_per_s: float = 5000.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -116,3 +117,9 @@ async def test_the_feed_delivers_every_event_in_order_across_a_lost_consumer(bus
     assert got == list(range(3, 19))
     consumers = await bus.js.consumers_info(bus.config.status_stream)
     assert not [c for c in consumers if c.name.startswith("live-")], "close deletes it"
+
+
+def test_stored_events_are_not_tracked_by_the_garbage_collector() -> None:
+    """Replays make hundreds of thousands of them: tracked, they set off full collections
+    (measured: 130 ms pauses of the whole process with 400 replaying clients)."""
+    assert not gc.is_tracked(StoredEvent(1, "t.status.a.j", b"{}"))
