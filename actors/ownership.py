@@ -10,6 +10,13 @@ monotonic clock (renewed_at = when the renewal was *sent*), so a scheduler that 
 stops dispatching the partition well before the server expires the lease and another scheduler
 can take it. :attr:`owned` is computed from those deadlines on every read, so fencing holds even
 if the renewal loop is stalled.
+
+A JetStream outage (the bucket's stream electing a new leader, NATS unreachable) fences leases
+without losing them: a fenced lease is still renewed every round, and once a revision-checked
+renewal succeeds — proof that nobody took it meanwhile — the partition is owned again at once.
+Only the server's answer that the key is gone or someone else's (:class:`bus.leases.LeaseLost`)
+drops it. So an outage shorter than about 2/3 of the TTL (the lease's age when it started can be
+up to a third) costs no lease; a longer one lets the server expire them all.
 """
 
 from __future__ import annotations
@@ -31,6 +38,16 @@ from core.partitions import rebalance
 log = logging.getLogger(__name__)
 
 VALIDITY = 0.75
+
+CLUSTER_MIN_TTL_S = 15.0
+"""Shortest lease TTL against a clustered NATS (seconds).
+
+Killing the node that leads the lease bucket's stream left it unwritable for 4.2 to 7.0 s in 10
+elections (nats-server 2.15.1, 3 nodes on loopback; bench/README.md), and the new leader then
+expires every lease older than the TTL. A lease is up to a third of the TTL old when an outage
+starts, so it survives an outage shorter than 2/3 of the TTL: 10 s at 15 s. A lone server has no
+elections; there the default TTL (3 s) applies.
+"""
 
 
 class Ownership(Protocol):
@@ -74,6 +91,7 @@ class _Lease:
     revision: int
     sent_at: float
     valid_until: float
+    fenced: bool = False
 
 
 class LeaseOwnership:
@@ -85,8 +103,8 @@ class LeaseOwnership:
         partitions: number of partitions (N).
         ttl_s: lease TTL (seconds); renewals every ``ttl_s / 3``.
         round_s: how often free partitions are looked for (seconds).
-        metrics: where lost leases are counted (``jobsched_lease_losses_total``); default: a
-            registry of its own.
+        metrics: where fenced and lost leases are counted (``jobsched_lease_losses_total``);
+            default: a registry of its own.
     """
 
     def __init__(
@@ -107,6 +125,8 @@ class LeaseOwnership:
         self._leases: dict[int, _Lease] = {}
         self._stop = asyncio.Event()
         self.members = 1
+        self.fenced_total = 0
+        """Leases fenced so far because a renewal did not succeed in time (see module doc)."""
         self.metrics = metrics or Metrics()
 
     @property
@@ -138,12 +158,13 @@ class LeaseOwnership:
     async def _round(
         self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
     ) -> None:
-        await self._renew(on_lost)
+        await self._renew(on_gained, on_lost)
         await self.bucket.heartbeat(self.member)
         snap = await self.bucket.snapshot()
         members = snap.members | {self.member}
         self.members = len(members)
-        plan = rebalance(self.member, self.owned, snap.taken, self.partitions, members)
+        held = frozenset(self._leases)  # fenced ones too: they are still ours on the server
+        plan = rebalance(self.member, held, snap.taken, self.partitions, members)
         if plan.release:
             released = frozenset(plan.release)
             leases = {p: self._leases.pop(p) for p in plan.release if p in self._leases}
@@ -173,37 +194,58 @@ class LeaseOwnership:
             )
             on_gained(frozenset(gained))
 
-    async def _renew(self, on_lost: Callable[[frozenset[int]], None]) -> None:
+    async def _renew(
+        self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
+    ) -> None:
+        """Renew every lease due for it; a fenced one that renews is owned again."""
         now = time.monotonic()
         lost: set[int] = set()
-        for p, lease in list(self._leases.items()):
-            if now - lease.sent_at < self.ttl_s / 3:
-                continue
-            sent = time.monotonic()
-            try:
-                revision = await self.bucket.renew(p, self.member, lease.revision)
-            except LeaseLost:
-                self._leases.pop(p, None)
-                lost.add(p)
-                continue
-            self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
-        if lost:
-            self.metrics.lease_losses.labels(reason="taken").inc(len(lost))
-            log.warning("%s lost %d lease(s) to another scheduler", self.member, len(lost))
-            on_lost(frozenset(lost))
+        regained: set[int] = set()
+        try:
+            for p, lease in list(self._leases.items()):
+                if now - lease.sent_at < self.ttl_s / 3 and not lease.fenced:
+                    continue
+                sent = time.monotonic()
+                try:
+                    revision = await self.bucket.renew(p, self.member, lease.revision)
+                except LeaseLost:
+                    self._leases.pop(p, None)
+                    self.metrics.lease_losses.labels(reason="taken").inc()
+                    if not lease.fenced:
+                        lost.add(p)
+                    continue
+                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
+                if lease.fenced:
+                    regained.add(p)
+        finally:
+            if lost:
+                log.warning("%s lost %d lease(s) to another scheduler", self.member, len(lost))
+                on_lost(frozenset(lost))
+            if regained:
+                log.info(
+                    "%s renewed %d fenced lease(s): dispatching them again",
+                    self.member,
+                    len(regained),
+                )
+                on_gained(frozenset(regained))
 
     def _expire(self, on_lost: Callable[[frozenset[int]], None]) -> None:
+        """Fence the leases not renewed in time (they are kept, and renewal goes on)."""
         now = time.monotonic()
-        expired = frozenset(p for p, lease in self._leases.items() if lease.valid_until <= now)
+        expired = frozenset(
+            p for p, lease in self._leases.items() if lease.valid_until <= now and not lease.fenced
+        )
         if expired:
             for p in expired:
-                self._leases.pop(p, None)
-            self.metrics.lease_losses.labels(reason="expired").inc(len(expired))
+                self._leases[p].fenced = True
             log.warning(
-                "%s could not renew %d lease(s) in time; stopped dispatching them",
+                "%s could not renew %d lease(s) in time; stopped dispatching them until a "
+                "renewal succeeds",
                 self.member,
                 len(expired),
             )
+            self.fenced_total += len(expired)
+            self.metrics.lease_losses.labels(reason="fenced").inc(len(expired))
             on_lost(expired)
 
     async def _release_all(self, on_lost: Callable[[frozenset[int]], None]) -> None:

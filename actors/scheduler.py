@@ -10,9 +10,11 @@ notice wakes it, or the periodic safety scan is due. A due job is dispatched in 
 2. publish the run to its queue's work stream with ``Nats-Msg-Id`` = execution id;
 3. push the job's next occurrence into the heap.
 
-A crash between 1 and 2 leaves a QUEUED record without a message: the re-dispatch sweep
-publishes every unfinished run whose last transition is older than the re-dispatch timeout and
-whose message is no longer in the work stream (lost, purged, or acked while its final status
+A crash between 1 and 2 leaves a QUEUED record without a message. The scheduler that takes the
+partition over publishes such runs at once (:meth:`Scheduler._take_over`), and a clean stop
+publishes its prepared runs before it hands its partitions back. Behind both, the re-dispatch
+sweep publishes every unfinished run whose last transition is older than the re-dispatch timeout
+and whose message is no longer in the work stream (lost, purged, or acked while its final status
 event was lost), with the same execution id. The store, not NATS, is the source of truth.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -33,7 +35,7 @@ from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
 from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
-from core.errors import BusUnavailable, StoreUnavailable
+from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
 from core.model import (
@@ -50,7 +52,7 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, JobStore
+from core.ports import Dispatch, DispatchOutcome, JobStore
 from core.schedule import DEFAULT_MISFIRE_GRACE_S
 from core.timeutil import to_epoch_ms
 
@@ -75,6 +77,12 @@ class SchedulerConfig:
             when the earliest job is half this far off and then records every job due within
             all of it, so under load one store transaction covers ~half a lead of runs.
         misfire_grace_s: a run starting this late is still on time (seconds).
+        duplicate_window_s: the work stream's de-duplication window (seconds). On taking a
+            partition over, its QUEUED runs recorded within half of it are published again
+            under their execution id, which JetStream drops if the first publish happened.
+        drain_s: on :meth:`Scheduler.stop`, how long the runs already prepared may take to be
+            published at their due times before the partitions are handed back anyway
+            (seconds, beyond ``prepare_ahead_s``); the successor publishes what is left.
     """
 
     partitions: int = 64
@@ -85,6 +93,8 @@ class SchedulerConfig:
     heap_limit: int = 100_000
     prepare_ahead_s: float = 1.0
     misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S
+    duplicate_window_s: float = 120.0
+    drain_s: float = 5.0
 
 
 class Scheduler:
@@ -100,6 +110,8 @@ class Scheduler:
         markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         metrics: where it observes scheduling delays, skips, its heap and partitions; default:
             a registry of its own.
+        on_finished_records: called with the ids of jobs it wrote a finished (SKIPPED) record
+            for, so their history can be pruned (the pruner's ``mark``).
     """
 
     def __init__(
@@ -113,8 +125,10 @@ class Scheduler:
         scheduler_id: str = "scheduler",
         markers: CancelMarkers | None = None,
         metrics: Metrics | None = None,
+        on_finished_records: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_finished_records = on_finished_records
         self.bus = bus
         self.clock = clock
         self.config = config
@@ -127,6 +141,8 @@ class Scheduler:
         self._stopping = asyncio.Event()
         self._window_end = clock.now()
         self._next_scan = clock.now()
+        self._taken: frozenset[int] = frozenset()
+        self._never = asyncio.Event()
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
@@ -136,6 +152,7 @@ class Scheduler:
         self.cancel_markers = markers or CancelMarkers(bus)
         self.dispatched = 0
         self.metrics = metrics or Metrics()
+        self._rejected: set[str] = set()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -151,7 +168,12 @@ class Scheduler:
         self._wake.set()
 
     async def run(self) -> None:
-        """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal."""
+        """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal.
+
+        On a clean stop the runs already recorded are published at their due times (at most
+        ``prepare_ahead_s + drain_s``) before the partitions are handed back, so a rolling
+        restart delays no run.
+        """
         sub = await self.bus.subscribe_notices(self._on_notice)
         finished = await self.bus.subscribe_finished(self._on_finished)
         try:
@@ -163,12 +185,30 @@ class Scheduler:
                 self.ready.set()
                 try:
                     await self._loop()
+                    await self._drain(publisher)
                 finally:
                     self.ownership.stop()
                     publisher.cancel()
         finally:
             await sub.close()
             await finished.close()
+
+    async def _drain(self, publisher: asyncio.Task[None]) -> None:
+        """Let the publisher send what is prepared, then return (bounded; see :meth:`run`)."""
+        self._prepared_changed.set()
+        limit = self.config.prepare_ahead_s + self.config.drain_s
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(publisher)
+        except TimeoutError:
+            left = len(self.prepared) + len(self._unpublished)
+            log.warning(
+                "%s: %d prepared run(s) not published within %.1f s of stopping; the next "
+                "owner of their partitions publishes them",
+                self.name,
+                left,
+                limit,
+            )
 
     async def _loop(self) -> None:
         heap_size, owned_partitions = self.metrics.heap_size, self.metrics.owned_partitions
@@ -178,6 +218,10 @@ class Scheduler:
                 await self._step()
             except (StoreUnavailable, BusUnavailable) as e:
                 log.warning("%s: %s; retrying in 1 s", self.name, e)
+                await self._pause(1.0)
+                continue
+            except StoreRejected as e:  # a read or a sweep write: a bug, never a crash loop
+                log.error("%s: %s; retrying in 1 s", self.name, e)
                 await self._pause(1.0)
                 continue
             finally:
@@ -193,7 +237,7 @@ class Scheduler:
         :meth:`_loop`; this task only waits for the earliest prepared run and publishes, so a
         slow store write never delays a run that is already due.
         """
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() or self.prepared or self._unpublished:
             raise_if_cancelling()
             try:
                 if self._unpublished:
@@ -201,8 +245,11 @@ class Scheduler:
                 await self._publish(self.prepared.pop_due(self.clock.now()))
             except BusUnavailable as e:
                 log.warning("%s: %s; retrying in 1 s", self.name, e)
-                await self._pause(1.0)
+                # not cut short by stop(): a stopping scheduler still publishes what it prepared
+                await self.clock.sleep_until(self.clock.now() + timedelta(seconds=1), self._never)
                 continue
+            if self._stopping.is_set() and not self.prepared and not self._unpublished:
+                return
             deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
             if self._unpublished:
                 deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
@@ -210,7 +257,8 @@ class Scheduler:
             self._prepared_changed.clear()
 
     def _gained(self, partitions: frozenset[int]) -> None:
-        """New partitions: load their due and soon-due jobs at once."""
+        """New partitions: take over their recorded runs and load their due jobs at once."""
+        self._taken |= partitions
         self._next_scan = self.clock.now()
         self._wake.set()
 
@@ -233,6 +281,9 @@ class Scheduler:
         return deadline if due is None else min(deadline, due)
 
     async def _step(self) -> None:
+        if self._taken:
+            await self._take_over(self._taken)
+            self._taken = frozenset()
         now = self.clock.now()
         if now >= self._next_scan:
             self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
@@ -269,6 +320,43 @@ class Scheduler:
         self._window_end = last if truncated and last is not None else until
         await self._redispatch_lost(owned)
 
+    async def _take_over(self, partitions: frozenset[int]) -> None:
+        """Publish the runs that a partition's previous owner recorded and may not have sent.
+
+        A scheduler records a run (QUEUED) up to ``prepare_ahead_s`` before its due time and
+        publishes it then; one that died in between left the record without a message. Every
+        QUEUED run of ``partitions`` recorded within half the duplicate window is published
+        again at its due time under its execution id: if the first publish did happen,
+        JetStream drops the copy. Older ones are left to the re-dispatch sweep, which checks
+        the work stream first.
+        """
+        now = self.clock.now()
+        since = now - timedelta(seconds=self.config.duplicate_window_s / 2)
+        until = now + timedelta(minutes=1)  # records of a previous owner whose clock is ahead
+        recorded = await self.store.stale_executions(
+            partitions, until, limit=self.config.heap_limit, updated_after=since
+        )
+        queued = [e for e in recorded if e.status == ExecutionStatus.QUEUED]
+        if not queued:
+            return
+        jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in queued})}
+        taken = 0
+        for run in queued:
+            job = jobs.get(run.job_id)
+            if job is None or not _resendable(job, run):
+                continue  # the re-dispatch sweep closes it
+            when = run.scheduled_for + timedelta(milliseconds=run.jitter_ms)
+            self.prepared.add(when, _run_message(job, run, now, attempt_offset=0))
+            taken += 1
+        if taken:
+            self._prepared_changed.set()
+            log.info(
+                "%s: publishing %d recorded run(s) of %d taken-over partition(s)",
+                self.name,
+                taken,
+                len(partitions),
+            )
+
     async def _on_notice(self, notice: JobNotice) -> None:
         if notice.next_run_at is None or notice.partition not in self.owned:
             return
@@ -290,11 +378,10 @@ class Scheduler:
         chain = await self._plan(jobs, now)
         if not chain:
             return
-        outcomes = await self.store.dispatch([d for d, _, _ in chain])
         events: list[Event] = []
         ready: list[tuple[datetime, RunMessage]] = []
         upcoming: dict[str, tuple[datetime | None, int]] = {}
-        for (d, job, when), outcome in zip(chain, outcomes, strict=True):
+        for (d, job, when), outcome in await self._record(chain):
             if not outcome.advanced:
                 continue
             if d.execution.status == ExecutionStatus.QUEUED:
@@ -307,6 +394,7 @@ class Scheduler:
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self._window_end:
                 self.heap.push(job_id, nxt, partition)
+        self._recorded_finished(events)
         try:
             if events:
                 await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
@@ -315,6 +403,54 @@ class Scheduler:
                 self.prepared.add(when, message)
             if ready:
                 self._prepared_changed.set()
+
+    def _recorded_finished(self, events: list[Event]) -> None:
+        """Tell the pruner about the jobs that got a finished (SKIPPED) record now."""
+        jobs = [
+            e.job_id
+            for e in events
+            if isinstance(e, StatusEvent) and e.status == ExecutionStatus.SKIPPED
+        ]
+        if jobs and self._on_finished_records is not None:
+            self._on_finished_records(jobs)
+
+    async def _record(
+        self, chain: list[tuple[Dispatch, Job, datetime]]
+    ) -> list[tuple[tuple[Dispatch, Job, datetime], DispatchOutcome]]:
+        """Dispatch ``chain`` in one store call; each entry with its outcome.
+
+        A chain the store refuses for good (:class:`StoreRejected`) is halved until the refused
+        dispatch stands alone: its job is held back (logged once; the next scan tries it again)
+        and every other job's run goes out. The store's compare-and-set keeps a job's chain
+        consistent whichever half its entries land in.
+        """
+        try:
+            outcomes = await self.store.dispatch([d for d, _, _ in chain])
+        except StoreRejected as e:
+            if len(chain) == 1:
+                self._held_back(chain[0][1], e)
+                return []
+            mid = len(chain) // 2
+            return await self._record(chain[:mid]) + await self._record(chain[mid:])
+        self._rejected.difference_update(job.id for _, job, _ in chain)
+        return list(zip(chain, outcomes, strict=True))
+
+    def _held_back(self, job: Job, error: StoreRejected) -> None:
+        extra = {"job_id": job.id, "partition": job.partition}
+        if job.id in self._rejected:
+            log.debug("%s: job %s still cannot be dispatched: %s", self.name, job.id, error)
+            return
+        if len(self._rejected) >= 10_000:
+            self._rejected.clear()
+        self._rejected.add(job.id)
+        log.error(
+            "%s: the store refuses to record a run of job %s for good (%s); holding the job "
+            "back, the other jobs are dispatched",
+            self.name,
+            job.id,
+            error,
+            extra=extra,
+        )
 
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.

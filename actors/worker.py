@@ -45,11 +45,9 @@ from core.clock import Clock
 from core.errors import BusUnavailable, InvalidRequest
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.tasks import TaskCatalog, TaskContext, TaskSpec
+from core.values import storable_event
 
 log = logging.getLogger(__name__)
-
-MAX_ERROR_CHARS = 2000
-MAX_RESULT_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +342,7 @@ class Worker:
                 status=ExecutionStatus.SUCCEEDED,
                 at=now,
                 finished_at=now,
-                result=_bounded(result),
+                result=result,
             )
         )
         await self._settle(d, run.execution_id, ack=True)
@@ -489,7 +487,7 @@ class Worker:
                         scheduled_for=scheduled_for,
                         finished_at=now,
                         worker_id=self.config.worker_id,
-                        error=error[:MAX_ERROR_CHARS],
+                        error=error,
                     )
                 )
         await d.term()
@@ -517,7 +515,13 @@ class Worker:
         )
 
     async def _report(self, event: StatusEvent) -> None:
-        """Publish ``event`` until JetStream acknowledges it (retrying through NATS outages)."""
+        """Publish ``event`` until JetStream acknowledges it (retrying through NATS outages).
+
+        Its result and error are first brought within the stored range
+        (:func:`core.values.storable_event`: bounded, stringified where a store could not hold
+        them), so what live clients see is what the store records, and no report is unencodable.
+        """
+        event = storable_event(event)
         delay = 0.1
         while True:
             raise_if_cancelling()
@@ -554,18 +558,7 @@ class Worker:
 
 
 def _describe(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-    return text[:MAX_ERROR_CHARS]
-
-
-def _bounded(result: Any) -> Any:
-    if result is None:
-        return None
-    try:
-        size = len(msgspec.json.encode(result))
-    except (TypeError, msgspec.EncodeError):
-        return {"unencodable": repr(result)[:200]}
-    return result if size <= MAX_RESULT_BYTES else {"truncated": True, "bytes": size}
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 async def _shielded(coro: Any, timeout_s: float) -> None:

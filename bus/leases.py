@@ -8,8 +8,10 @@ rewritten within the TTL disappears, which is how a dead scheduler's leases and 
   delete. The revision is the lease's fencing token.
 - ``m.<scheduler id>`` → heartbeat of a live scheduler, rewritten every renewal round.
 
-Checked against nats-server 2.9: KV buckets, ``Nats-Expected-Last-Subject-Sequence`` and stream
-``max_age`` expiry all exist there (per-key TTLs do not; the bucket TTL is used instead).
+Relies on KV buckets, ``Nats-Expected-Last-Subject-Sequence`` and stream ``max_age`` expiry,
+all in every supported nats-server (2.12+). In a cluster the bucket is replicated; while its
+stream elects a new leader (4 to 7 s measured: README "High availability") nothing can be written,
+and the new leader expires at once every key older than the TTL.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ class LeaseValue(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
+
+
+def _owner(value: bytes) -> str | None:
+    """The owner a lease value names; None for a value that is not a lease (written by hand
+    or by another version): not ours, and no reason to stop the ownership loop over it."""
+    try:
+        return _decode(value).owner
+    except msgspec.DecodeError:
+        log.warning("lease value %r is not a lease; treating it as someone else's", value[:100])
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +115,7 @@ class LeaseBucket:
                 entry = await self.kv.get(key)
             except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
                 return None
-            if entry.value is None or _decode(entry.value).owner != owner or entry.revision is None:
+            if entry.value is None or _owner(entry.value) != owner or entry.revision is None:
                 return None
             try:
                 return int(await self.kv.update(key, value, last=entry.revision))
@@ -113,17 +125,28 @@ class LeaseBucket:
     async def renew(self, partition: int, owner: str, revision: int) -> int:
         """Extend the lease; the new revision.
 
+        A renewal that timed out may still have reached the server: then the key has moved past
+        ``revision`` but still names ``owner``, and the lease is renewed at its new revision.
+
         Raises:
-            LeaseLost: the key changed since ``revision`` (taken over, or expired and re-created).
+            LeaseLost: the key is gone or names another owner (expired, taken over).
             BusUnavailable: NATS did not answer (the lease may still be valid: retry).
         """
+        key = f"p.{partition}"
+        value = _encode(LeaseValue(owner=owner))
         with translated("renew lease"):
             try:
-                return int(
-                    await self.kv.update(
-                        f"p.{partition}", _encode(LeaseValue(owner=owner)), last=revision
-                    )
-                )
+                return int(await self.kv.update(key, value, last=revision))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass
+            try:
+                entry = await self.kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                raise LeaseLost(f"lease of partition {partition} expired") from None
+            if entry.value is None or entry.revision is None or _owner(entry.value) != owner:
+                raise LeaseLost(f"lease of partition {partition} was taken over") from None
+            try:
+                return int(await self.kv.update(key, value, last=entry.revision))
             except nats.js.errors.KeyWrongLastSequenceError:
                 raise LeaseLost(f"lease of partition {partition} was lost") from None
 

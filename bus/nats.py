@@ -67,6 +67,8 @@ DRAIN_TIMEOUT_S = 5
 """How long ``Bus.close`` lets subscriptions drain before it closes anyway (seconds)."""
 RUN_LOOKUP_CONCURRENCY = 64
 """Message lookups in flight at once in ``Bus.runs_in_stream``."""
+RECORDER_CONSUMER = "recorder"
+"""Durable pull consumer of the status stream that the recorders share."""
 
 run_encoder = msgspec.json.Encoder()
 run_decoder = msgspec.json.Decoder(RunMessage)
@@ -83,6 +85,9 @@ class BusConfig:
         servers: NATS server URLs.
         prefix: first subject token and stream-name prefix.
         ack_wait_s: ack wait of the work consumers (seconds).
+        recorder_ack_wait_s: ack wait of the recorder's consumer of the status stream (seconds):
+            a batch of events not acknowledged this long after its delivery (nor kept by an
+            in-progress ack) is delivered again, to any recorder.
         max_deliver: max deliveries of the work consumers.
         duplicate_window_s: de-duplication window of the work stream (seconds).
         status_retention_s: max age of status events (seconds).
@@ -92,6 +97,7 @@ class BusConfig:
     servers: list[str]
     prefix: str = "jobsched"
     ack_wait_s: float = 30.0
+    recorder_ack_wait_s: float = 30.0
     max_deliver: int = 20
     duplicate_window_s: float = 120.0
     status_retention_s: float = 86400.0
@@ -99,6 +105,8 @@ class BusConfig:
 
     @property
     def work_stream(self) -> str:
+        """Name of the work stream (``JOBSCHED_WORK``); KEDA's ``nats-jetstream`` trigger names
+        it too (``deploy/kubernetes/keda/``, checked by ``tests/test_kubernetes.py``)."""
         return f"{self.prefix.upper()}_WORK"
 
     @property
@@ -123,6 +131,8 @@ class BusConfig:
 
     @staticmethod
     def work_consumer(queue: str) -> str:
+        """Durable name of the pull consumer that every worker of ``queue`` shares; KEDA's
+        trigger of the queue names it (see :attr:`work_stream`)."""
         return f"workers-{queue}"
 
 
@@ -182,6 +192,14 @@ class Delivery:
     def num_delivered(self) -> int:
         """1 for the first delivery, +1 for each redelivery (ack-wait expiry or nak)."""
         return int(self._msg.metadata.num_delivered)
+
+    @property
+    def stored_id(self) -> str:
+        """``<stream>:<stream sequence>:<stored at, ms since the epoch>``: the identity of the
+        stored message, the same on every redelivery (and not reused by a re-created stream,
+        whose sequences start again)."""
+        md = self._msg.metadata
+        return f"{md.stream}:{md.sequence.stream}:{int(md.timestamp.timestamp() * 1000)}"
 
     async def ack(self) -> None:
         with translated("ack"):
@@ -510,6 +528,13 @@ class Bus:
     def is_connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
 
+    @property
+    def cluster_name(self) -> str | None:
+        """The NATS cluster the connected server belongs to (its INFO ``cluster``), or None
+        for a lone server."""
+        info = self._nc._server_info if self._nc is not None else {}
+        return info.get("cluster") or None
+
     async def ping(self) -> None:
         """Round trip to the server and its JetStream API (one JetStream request, 2 s timeout).
 
@@ -570,14 +595,16 @@ class Bus:
         with translated(f"create consumer {cfg.durable_name}"):
             await self.js.add_consumer(c.work_stream, cfg)
 
-    async def ensure_recorder_consumer(self, name: str = "recorder") -> None:
+    async def ensure_recorder_consumer(self, name: str = RECORDER_CONSUMER) -> None:
+        """Create or update the recorders' durable pull consumer of the status stream
+        (idempotent; an existing consumer takes the configured ack wait)."""
         c = self.config
         cfg = ConsumerConfig(
             durable_name=name,
             filter_subject=f"{c.prefix}.status.>",
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
-            ack_wait=30.0,
+            ack_wait=c.recorder_ack_wait_s,
             max_ack_pending=20_000,
             max_waiting=512,
         )
@@ -594,7 +621,7 @@ class Bus:
         await consumer.start()
         return consumer
 
-    async def recorder_consumer(self, name: str = "recorder") -> PullConsumer:
+    async def recorder_consumer(self, name: str = RECORDER_CONSUMER) -> PullConsumer:
         await self.ensure_recorder_consumer(name)
         return await self._pull_consumer(self.config.status_stream, name)
 
@@ -650,7 +677,7 @@ class Bus:
     async def recorder_ack_floor(self) -> int:
         """Stream sequence up to which the recorder has recorded every status event."""
         with translated("recorder consumer info"):
-            info = await self.js.consumer_info(self.config.status_stream, "recorder")
+            info = await self.js.consumer_info(self.config.status_stream, RECORDER_CONSUMER)
         return int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
 
     async def ensure_streams_quietly(self) -> None:

@@ -119,6 +119,20 @@ class StoreUnavailable(Unavailable):
     code = "store_unavailable"
 
 
+class StoreRejected(JobschedError):
+    """The store refused one write for good: the same write can never succeed (a value the
+    store cannot hold, a document over its size limit, a rule of the store's own).
+
+    Unlike :class:`StoreUnavailable` — the store cannot be used now, so retry — this is about
+    the write, not the store: a loop that serves everyone (the recorder, the scheduler) sets the
+    write aside, as a dead letter, and carries on with the rest. The gateway never sends a value
+    outside the stored range (:mod:`core.values`), so at the API it means a bug: HTTP 500.
+    """
+
+    code = "store_rejected"
+    status = 500
+
+
 class BusUnavailable(Unavailable):
     code = "bus_unavailable"
 

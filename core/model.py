@@ -209,12 +209,23 @@ ScheduleIn = ImmediateScheduleIn | OnceScheduleIn | CronScheduleIn | IntervalSch
 
 QueueName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
 TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=20)]
+MAX_ATTEMPTS = 20
+"""The most attempts a run may have (``maxAttempts``); also how many an execution records."""
+MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=MAX_ATTEMPTS)]
 TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400, description="seconds")]
 
 
 GraceSeconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86400, description="seconds")]
 MaxCatchUp = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+HistoryLimit = Annotated[
+    int, msgspec.Meta(ge=1, le=100_000, description="finished runs kept (the latest ones)")
+]
+HistoryMaxAgeSeconds = Annotated[
+    float,
+    msgspec.Meta(
+        ge=60, le=10 * 366 * 86400, description="seconds a finished run is kept after it ended"
+    ),
+]
 
 
 class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -235,10 +246,16 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     misfire_grace_seconds: GraceSeconds = 60.0
     max_catch_up: MaxCatchUp = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: HistoryLimit | None = None
+    history_max_age_seconds: HistoryMaxAgeSeconds | None = None
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged)."""
+    """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged).
+
+    ``history_limit`` and ``history_max_age_seconds`` may be null: back to the deployment's
+    default.
+    """
 
     schedule: ScheduleIn | None = None
     parameters: dict[str, Any] | None = None
@@ -249,6 +266,8 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     misfire_grace_seconds: GraceSeconds | None = None
     max_catch_up: MaxCatchUp | None = None
     overlap_policy: OverlapPolicy | None = None
+    history_limit: HistoryLimit | msgspec.UnsetType | None = msgspec.UNSET
+    history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -258,7 +277,8 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     ``last_run_at`` is when the latest run started; ``last_dispatched_for`` the scheduled time of
     the latest run sent to the workers (the one an overlap policy looks at);
     ``last_scheduled_for`` the scheduled time of
-    the latest dispatched run.
+    the latest dispatched run. ``history_limit`` / ``history_max_age_seconds``: the job's
+    retention of finished runs (None: the deployment's default; see :mod:`core.history`).
     """
 
     id: str
@@ -273,6 +293,8 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     misfire_grace_seconds: float = 60.0
     max_catch_up: int = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
     status: JobStatus = JobStatus.SCHEDULED
     partition: int = 0
     created_at: datetime
@@ -307,12 +329,47 @@ class Missed(Model, kw_only=True, omit_defaults=False, frozen=True):
     policy: str
 
 
+class Attempt(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One attempt of a run, recorded from that attempt's status events (``attempts`` of an
+    execution; see :func:`core.history.record_attempts` for how events are merged).
+
+    Attributes:
+        attempt: its number (1-based), as the run's ``attempt`` was while it ran.
+        started_at: when its task started (aware UTC); None if it never started (cancelled or
+            given up before it ran).
+        worker_id: the worker that started it; for an attempt that never started, the worker
+            that reported its outcome.
+        finished_at: when it ended (aware UTC); None while it runs, and for an attempt lost with
+            its worker.
+        outcome: how it ended: RETRYING (it failed and another attempt follows), SUCCEEDED,
+            FAILED (it failed with no attempt left, or the run was given up), CANCELLED; None
+            while it runs, and for an attempt lost with its worker.
+        error: its error (at most 500 characters; the execution's ``error`` keeps 2000).
+        redelivered: it started because the previous attempt was lost — its worker died or
+            stopped renewing the message, so JetStream redelivered it after the ack wait, or the
+            store re-dispatched the run — rather than after a reported failure (RETRYING).
+    """
+
+    attempt: int
+    started_at: datetime | None = None
+    worker_id: str | None = None
+    finished_at: datetime | None = None
+    outcome: ExecutionStatus | None = None
+    error: str | None = None
+    redelivered: bool = False
+
+
 class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     """One run of a job (one scheduled occurrence), through every attempt. Stored in ``executions``.
 
     ``id`` is deterministic, ``"<jobId>:<scheduledFor as RFC 3339 UTC with ms>"``, so a duplicate
     dispatch of the same occurrence can never create a second record; it is also the run's
     JetStream ``Nats-Msg-Id`` and the idempotency key the task receives.
+
+    ``started_at`` is the run's *first* start, kept through retries and redeliveries (so
+    ``started_at - scheduled_for`` is the delay users saw); ``worker_id`` the worker that last
+    reported; ``attempts`` every attempt with its own start, worker and outcome, oldest first
+    (at most :data:`MAX_ATTEMPTS`).
     """
 
     id: str
@@ -340,6 +397,7 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     jitter_ms: int = 0
     skip_reason: str | None = None
     missed: Missed | None = None
+    attempts: list[Attempt] = msgspec.field(default_factory=list)
 
 
 class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
@@ -347,6 +405,41 @@ class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):
 
     items: list[T]
     next_cursor: str | None = None
+
+
+class DeadLetter(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """A message that can never be recorded, set aside with the reason so that the messages
+    behind it are (the poison-message rule). Stored in ``dead_letters``; see docs/data-model.md.
+
+    Attributes:
+        id: ``<stream>:<stream sequence>:<stored at, ms>`` of the message: a redelivery of the
+            same message is stored once, a re-created stream's new message 5 is another one.
+        source: the consumer that set it aside (``recorder``).
+        reason: ``undecodable`` (not a message of the schema) or ``rejected`` (the store
+            refuses the write for good, :class:`core.errors.StoreRejected`).
+        error: what exactly, for an operator.
+        subject: the message's subject.
+        data: the message as received (its first :data:`DEAD_LETTER_MAX_BYTES` bytes).
+        size: the message's full size (bytes).
+        at: when it was set aside (aware UTC).
+        execution_id / job_id / owner: the run it is about, when the message could be decoded.
+    """
+
+    id: str
+    source: str
+    reason: Literal["undecodable", "rejected"]
+    error: str
+    subject: str = ""
+    data: bytes = b""
+    size: int = 0
+    at: datetime
+    execution_id: str | None = None
+    job_id: str | None = None
+    owner: str | None = None
+
+
+DEAD_LETTER_MAX_BYTES = 1024 * 1024
+"""Most bytes of a message a dead letter keeps (NATS's default largest payload)."""
 
 
 # --- NATS messages -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from core.errors import Conflict
 from core.model import (
+    DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
@@ -87,6 +88,8 @@ class JobSpec:
     misfire_grace_seconds: float
     max_catch_up: int
     overlap_policy: OverlapPolicy
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
 
 
 UNCHANGED: object = object()
@@ -144,11 +147,46 @@ class DispatchOutcome:
     advanced: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PruneTarget:
+    """The finished runs of one job to delete (:meth:`JobStore.prune_executions`).
+
+    A finished run (SUCCEEDED, FAILED, CANCELLED, SKIPPED) of ``job_id`` is deleted when it is
+    not among the job's ``keep_last`` most recently finished runs (by ``finishedAt``, then id;
+    None: no count rule), or when it finished before ``finished_before`` (aware; None: no age
+    rule). Never an unfinished run (QUEUED, RUNNING, RETRYING), never ``keep_id`` (the job's
+    latest run, ``lastExecutionId``, which the job's summary points to).
+    """
+
+    job_id: str
+    keep_last: int | None
+    finished_before: datetime | None
+    keep_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What :meth:`JobStore.prune_executions` did for one :class:`PruneTarget`.
+
+    Attributes:
+        deleted: runs deleted now.
+        complete: nothing is left to delete (False: the call's limit stopped it; call again).
+    """
+
+    deleted: int
+    complete: bool
+
+
 class JobStore(Protocol):
     """Durable state: jobs and their executions. The source of truth of jobsched.
 
     Every method is safe to call concurrently from several processes. Connection loss and
-    timeouts raise :class:`core.errors.StoreUnavailable`; driver exceptions never escape.
+    timeouts raise :class:`core.errors.StoreUnavailable` (retry); a write the store refuses
+    for good raises :class:`core.errors.StoreRejected` (set it aside); driver exceptions never
+    escape. Values are within :mod:`core.values`' range, the same for every store; run results
+    and errors are brought within it by :meth:`apply_events` itself. Bulk reads for the actors
+    (:meth:`get_jobs`, :meth:`due_jobs`, :meth:`get_executions`, :meth:`stale_executions`)
+    skip a row that cannot be read (logged once), so one bad row never stops a scheduler.
     Instants in and out are aware UTC datetimes with millisecond precision.
     """
 
@@ -173,6 +211,8 @@ class JobStore(Protocol):
         Raises:
             IdempotencyKeyReused: the owner already has a job with this key.
             Conflict: a job with this id exists.
+            StoreRejected: the store cannot hold this job (it alone: jobs committed together
+                with it are not affected).
         """
         ...
 
@@ -251,6 +291,10 @@ class JobStore(Protocol):
         """Record due runs; see :class:`Dispatch`. Outcomes are in the order of ``runs``.
 
         Idempotent: repeating a dispatch creates no second execution and advances no job twice.
+
+        Raises:
+            StoreRejected: a run of the batch can never be recorded (the caller dispatches the
+                others without it; compare-and-set keeps each job's chain consistent).
         """
         ...
 
@@ -260,13 +304,52 @@ class JobStore(Protocol):
         An event is applied only if its rank (:func:`core.model.state_rank`) is higher than the
         stored one, so a late or duplicate event never moves a run backwards. The job's summary
         (``status``, ``lastRunAt``, ``lastRunStatus``, ``lastError``, ``lastExecutionId``) follows
-        the        run with the latest scheduled time that reported.
+        the run with the latest scheduled time that reported. Results and errors are stored as
+        :func:`core.values.storable_event` bounds them. Events may be applied in any grouping
+        and order (a batch split in two gives the same state).
+
+        Raises:
+            StoreRejected: an event of the batch can never be written; nothing is promised about
+                the others, which the caller applies again without it.
         """
         ...
 
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """Delete the finished runs each target names, at most ``limit`` runs in all (the
+        targets in order: later ones may get none); results in the order of ``targets``.
+
+        Idempotent and safe beside every other call: a run that is unfinished, or the target's
+        ``keep_id``, is never deleted, whatever happens concurrently.
+        """
+        ...
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        """Up to ``limit`` jobs of ``partition`` with an id greater than ``after`` (None: from
+        the first), in id order: one page of a walk over a partition (the retention sweep)."""
+        ...
+
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         """Unfinished (QUEUED, RUNNING, RETRYING) executions of ``partitions`` whose last
-        transition is older than ``updated_before``, oldest first: candidates for re-dispatch."""
+        transition is older than ``updated_before`` (and not older than ``updated_after``, when
+        given), oldest first: candidates for re-dispatch, or a taken-over partition's runs that
+        its previous owner recorded and may not have published."""
+        ...
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
+        """Store messages set aside for good; how many were new. Idempotent: a letter whose
+        ``id`` is stored already is skipped. Every letter is storable (its payload is bytes,
+        bounded), so this raises only :class:`core.errors.StoreUnavailable`."""
+        ...
+
+    async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
+        """The latest ``limit`` dead letters, newest first (for operators and tests)."""
         ...

@@ -38,13 +38,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         subject_prefix: ``JOBSCHED_SUBJECT_PREFIX``; first token of every NATS subject and the
             prefix of stream and bucket names, so deployments (and tests) can share a server.
         http_host / http_port: ``JOBSCHED_HTTP_HOST`` / ``_PORT``; the gateway's listen address.
-        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the Prometheus ``GET /metrics`` server
-            of a scheduler or worker process, on ``http_host``; 0 = none. A process that runs
-            the gateway serves ``/metrics`` on the gateway's port instead (``jobsched dev``).
+        metrics_port: ``JOBSCHED_METRICS_PORT``; port of the server of a scheduler or worker
+            process for Prometheus (``GET /metrics``) and probes (``GET /healthz``, ``/readyz``),
+            on ``http_host``; 0 = none. A process that runs the gateway serves them on the
+            gateway's port instead (``jobsched dev``).
         queue_depth_interval_seconds: how often scheduler and worker processes refresh the
             ``jobsched_queue_depth`` gauge of their queues from JetStream (seconds).
         queues: ``JOBSCHED_QUEUES``; comma-separated work queues a worker consumes.
         ack_wait_seconds: JetStream ack wait of the work consumers (seconds).
+        recorder_ack_wait_seconds: JetStream ack wait of the recorders' consumer of the status
+            stream (seconds, 1 to 3600): how long a batch of status events may stay unacknowledged
+            (being written to the store) before JetStream delivers it again, to any recorder. A
+            recorder waiting for an unavailable store keeps its batch with in-progress acks; a
+            longer store call than this (``store_timeout_seconds`` and a slow write) makes the
+            batch be recorded twice (harmless, the writes are idempotent), and a dead recorder's
+            batch waits this long before another recorder takes it.
         max_deliver: JetStream max deliveries of the work consumers; caps jobs' ``maxAttempts``.
         worker_concurrency: runs of ``io`` tasks a worker process executes at once.
         worker_cpu_slots: processes in a worker's pool for ``cpu`` tasks; 0 = one per core.
@@ -58,9 +66,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         retry_backoff_seconds / retry_backoff_max_seconds: first and largest delay between attempts.
         duplicate_window_seconds: JetStream de-duplication window of the work stream.
         status_retention_seconds: how long the status stream keeps events (replay for live clients).
+        history_limit: the most recently finished runs (executions) each job keeps, unless the
+            job sets its own ``historyLimit``; older finished runs are deleted in the background.
+            0 = no count limit.
+        history_max_age_seconds: a finished run is deleted this long after it finished, unless
+            its job sets its own ``historyMaxAgeSeconds`` (seconds); 0 = no age limit. Whichever
+            rule comes first deletes a run; unfinished runs and each job's latest run are kept.
+        history_sweep_interval_seconds: how often a scheduler walks every job of its partitions
+            to apply the retention rules (seconds): the age rule for jobs without new runs, and
+            whatever a lost notice missed. Jobs with newly finished runs are pruned at once.
         stream_replicas: JetStream replicas of the work and status streams (3 in a cluster).
         lease_ttl_seconds: TTL of partition leases (seconds); renewed every third of it. A dead
-            scheduler's partitions are taken over within about this long.
+            scheduler's partitions are taken over within about this long. At least 15 against
+            a clustered NATS (see :data:`actors.ownership.CLUSTER_MIN_TTL_S`).
         scheduler_id: this scheduler's lease owner id; empty = ``<hostname>-<pid>``. Must be
             unique among live schedulers.
         store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
@@ -98,6 +116,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     queue_depth_interval_seconds: Positive = 5.0
     queues: str = "default"
     ack_wait_seconds: Positive = 30.0
+    recorder_ack_wait_seconds: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 30.0
     max_deliver: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
     worker_concurrency: PositiveInt = 64
     worker_cpu_slots: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -109,8 +128,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     retry_backoff_max_seconds: Positive = 300.0
     duplicate_window_seconds: Positive = 120.0
     status_retention_seconds: Positive = 86400.0
+    history_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
+    history_max_age_seconds: Annotated[float, msgspec.Meta(ge=0, le=10 * 366 * 86400)] = (
+        30 * 86400.0
+    )
+    history_sweep_interval_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3600.0
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
-    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    lease_ttl_seconds: Annotated[float, msgspec.Meta(ge=1)] = 3.0
     scheduler_id: str = ""
     store_timeout_seconds: Positive = 5.0
     ws_buffer_events: PositiveInt = 1000

@@ -19,6 +19,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from actors.health import Check, health_response, healthz, readiness
 from actors.metrics import Metrics, metrics_handler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
@@ -34,27 +35,23 @@ from core.errors import (
 )
 from core.model import (
     ExecutionStatus,
-    Health,
     Job,
     JobCreate,
     JobPatch,
     JobStatus,
-    Problem,
-    ProblemField,
 )
 from core.ports import JobQuery, JobStore
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import user_from_authorization
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
+from gateway.problems import TITLES, describe, problem
 from gateway.service import JobService, ServiceConfig
 from gateway.ws import websocket
 
 log = logging.getLogger(__name__)
 
-PROBLEM_BASE = "https://jobsched.dev/problems/"
 JSON = "application/json"
-PROBLEM_JSON = "application/problem+json"
 MAX_PAGE = 500
 
 encoder = msgspec.json.Encoder()
@@ -195,35 +192,16 @@ def problem_response(
     request: web.Request,
     errors: list[FieldError] | None = None,
 ) -> web.Response:
-    """An RFC 9457 problem response."""
-    body = Problem(
-        type=PROBLEM_BASE + code,
+    """An RFC 9457 problem response about ``request`` (its path, its request id)."""
+    return problem(
+        status,
+        code,
+        detail,
         title=title,
-        status=status,
-        detail=detail,
         instance=request.path,
-        code=code,
         request_id=request.get(REQUEST_ID),
-        errors=[ProblemField(field=e.field, reason=e.reason) for e in errors] if errors else None,
+        errors=errors,
     )
-    resp = web.Response(status=status, body=encoder.encode(body), content_type=PROBLEM_JSON)
-    if status == 401:
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="jobsched"'
-    if status == 503:
-        resp.headers["Retry-After"] = "1"
-    return resp
-
-
-TITLES = {
-    400: "Malformed request",
-    401: "Unauthorized",
-    404: "Not found",
-    405: "Method not allowed",
-    409: "Conflict",
-    413: "Request body too large",
-    422: "Invalid request",
-    503: "Service unavailable",
-}
 
 
 @web.middleware
@@ -236,6 +214,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         errors = e.errors if isinstance(e, InvalidRequest) else None
         if isinstance(e, Unavailable):
             log.warning("503 for %s %s: %s", request.method, request.path, e)
+        elif e.status >= 500:  # e.g. StoreRejected: a value the validation let through
+            log.error("%d for %s %s (request %s): %s", e.status, request.method, request.path,
+                      request_id, e)  # fmt: skip
         resp = problem_response(
             e.status, e.code, TITLES.get(e.status, "Error"), e.message, request, errors
         )
@@ -246,19 +227,54 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-        resp = problem_response(e.status, code, TITLES.get(e.status, e.reason), e.reason, request)
+        resp = http_exception_problem(e, request)
+    except web.RequestPayloadError as e:
+        detail = f"the body cannot be read: {describe(e)}"
+        resp = problem_response(400, "malformed_request", TITLES[400], detail, request)
+    except ConnectionError:
+        if not _client_gone(request):
+            resp = internal_error(request)
+        else:
+            log.info(
+                "%s %s: the client closed the connection before the request was complete "
+                "(request %s)",
+                request.method,
+                request.path,
+                request_id,
+            )
+            detail = "the connection closed before the request was complete"
+            resp = problem_response(400, "incomplete_request", TITLES[400], detail, request)
     except Exception:
-        log.exception("500 for %s %s (request %s)", request.method, request.path, request_id)
-        resp = problem_response(
-            500,
-            "internal_error",
-            "Internal error",
-            "an unexpected error; see the server log",
-            request,
-        )
+        resp = internal_error(request)
     resp.headers["X-Request-Id"] = request_id
     return resp
+
+
+def http_exception_problem(e: web.HTTPException, request: web.Request) -> web.Response:
+    """aiohttp's own 4xx (unknown route, method not allowed …) as a problem; a 405 lists the
+    path's methods in ``Allow`` (RFC 9110 §15.5.6)."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
+    if not isinstance(e, web.HTTPMethodNotAllowed):
+        return problem_response(e.status, code, TITLES.get(e.status, e.reason), e.reason, request)
+    allowed = ", ".join(sorted(e.allowed_methods))
+    detail = f"{request.method} is not allowed on {request.path}; allowed: {allowed}"
+    resp = problem_response(405, code, TITLES[405], detail, request)
+    resp.headers["Allow"] = allowed
+    return resp
+
+
+def internal_error(request: web.Request) -> web.Response:
+    """A 500 problem for the exception being handled, logged with its traceback."""
+    log.exception(
+        "500 for %s %s (request %s)", request.method, request.path, request.get(REQUEST_ID)
+    )
+    detail = "an unexpected error; see the server log"
+    return problem_response(500, "internal_error", TITLES[500], detail, request)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 @web.middleware
@@ -455,30 +471,13 @@ def _task_ids(request: web.Request) -> list[str]:
     return [t.name for t in request.app[DEPS].catalog]
 
 
-async def healthz(request: web.Request) -> web.Response:
-    """``GET /healthz``: the process is alive."""
-    return json_response(Health(status="ok"))
-
-
 async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: NATS and the store answer (503 with the failing check otherwise)."""
     deps = request.app[DEPS]
-    checks: dict[str, str] = {}
-    try:
-        await deps.store.ping()
-        checks["store"] = "ok"
-    except Unavailable as e:
-        checks["store"] = e.message
+    checks: dict[str, Check] = {"store": deps.store.ping}
     if deps.bus is not None:
-        try:
-            await deps.bus.ping()
-            checks["nats"] = "ok"
-        except Unavailable as e:
-            checks["nats"] = e.message
-    ok = all(v == "ok" for v in checks.values())
-    return json_response(
-        Health(status="ok" if ok else "unavailable", checks=checks), status=200 if ok else 503
-    )
+        checks["nats"] = deps.bus.ping
+    return health_response(await readiness(checks))
 
 
 # --- query parameters ------------------------------------------------------------------------

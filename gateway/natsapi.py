@@ -171,6 +171,8 @@ class NatsApi:
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)
+                elif e.status >= 500:
+                    log.error("NATS API %s: %s", name, e)
                 await req.respond_error(str(e.status), e.message, data=_problem(e, name))
                 return
             except Exception:

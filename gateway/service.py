@@ -11,6 +11,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 
@@ -48,8 +49,10 @@ from core.ports import (
 )
 from core.tasks import TaskCatalog, validation_field_error
 from core.timeutil import isoformat_z
+from core.values import check_parameters, is_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _canonical = msgspec.json.Encoder(order="sorted")
 LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
@@ -109,7 +112,8 @@ class JobService:
         original job is returned with ``replayed=True`` (nothing is created).
 
         Raises:
-            InvalidRequest: unknown task, parameters of the wrong shape, invalid schedule,
+            InvalidRequest: unknown task, parameters of the wrong shape or outside the stored range
+                (:mod:`core.values`), invalid schedule,
                 options beyond this deployment's limits, a malformed idempotency key.
             IdempotencyKeyReused: the key was used for a different request (409).
             StoreUnavailable: nothing was stored (503).
@@ -135,12 +139,16 @@ class JobService:
     def _new_job(self, owner: str, body: JobCreate, idempotency_key: str | None) -> Job:
         spec = self.catalog.get(body.task_id)
         spec.decode_params(body.parameters)
+        check_parameters(body.parameters)
         now = self.clock.now()
         sched = schedules.normalize(body.schedule, now, grace_s=body.misfire_grace_seconds)
         max_attempts = body.max_attempts or spec.max_attempts
         self._check_attempts(max_attempts)
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-            raise InvalidRequest(FieldError("Idempotency-Key", "must be 1 to 255 characters"))
+        if idempotency_key is not None:
+            if not 1 <= len(idempotency_key) <= 255:
+                raise InvalidRequest(FieldError("Idempotency-Key", "must be 1 to 255 characters"))
+            if not is_text(idempotency_key):  # aiohttp keeps bytes that are not UTF-8 as surrogates
+                raise InvalidRequest(FieldError("Idempotency-Key", "must be UTF-8 text"))
         job_id = new_job_id()
         return Job(
             id=job_id,
@@ -155,6 +163,8 @@ class JobService:
             misfire_grace_seconds=body.misfire_grace_seconds,
             max_catch_up=body.max_catch_up,
             overlap_policy=body.overlap_policy,
+            history_limit=body.history_limit,
+            history_max_age_seconds=body.history_max_age_seconds,
             status=JobStatus.SCHEDULED,
             partition=partition_of(job_id, self.config.partitions),
             created_at=now,
@@ -311,6 +321,8 @@ class JobService:
         spec = self.catalog.get(job.task_id)
         parameters = job.parameters if patch.parameters is None else patch.parameters
         spec.decode_params(parameters)
+        if patch.parameters is not None:
+            check_parameters(patch.parameters)
         grace = (
             patch.misfire_grace_seconds
             if patch.misfire_grace_seconds is not None
@@ -335,6 +347,10 @@ class JobService:
             misfire_grace_seconds=grace,
             max_catch_up=patch.max_catch_up or job.max_catch_up,
             overlap_policy=patch.overlap_policy or job.overlap_policy,
+            history_limit=_patched(patch.history_limit, job.history_limit),
+            history_max_age_seconds=_patched(
+                patch.history_max_age_seconds, job.history_max_age_seconds
+            ),
         )
         job = await self.store.update_job(
             owner,
@@ -427,3 +443,8 @@ class JobService:
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:
             await self.markers.cancel_job(job_id)
+
+
+def _patched(value: T | msgspec.UnsetType | None, current: T | None) -> T | None:
+    """A nullable PATCH field: absent keeps ``current``, null clears it."""
+    return current if isinstance(value, msgspec.UnsetType) else value

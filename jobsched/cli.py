@@ -29,6 +29,7 @@ from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
 from jobsched.client import ApiError, JobschedClient, WatchClosed
+from jobsched.datadir import DataDirInUse, DataDirLock
 from jobsched.logs import configure_logging
 from jobsched.natsserver import NatsServer, find_nats_server
 from jobsched.runtime import Roles, auth_secret, serve
@@ -109,7 +110,11 @@ def main() -> None:
 )
 @click.option("--demo", is_flag=True, help="Submit the three example jobs once ready.")
 def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
-    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker."""
+    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker.
+
+    One per data directory: a second one on the same directory exits at once (status 1) naming
+    the running one, and touches none of its files.
+    """
     settings = _settings(data_dir=str(data_dir) if data_dir else None, http_port=port)
     if not settings.scheduler_id:
         settings = msgspec.structs.replace(settings, scheduler_id=f"dev-{os.uname().nodename}")
@@ -119,13 +124,27 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
         binary = find_nats_server(os.environ)
     except ConfigError as e:
         raise click.ClickException(e.message) from None
+    lock = DataDirLock(data)
+    try:
+        lock.acquire()
+    except DataDirInUse as e:
+        raise click.ClickException(e.message) from None
+    except OSError as e:
+        raise click.ClickException(f"cannot lock the data dir {data}: {e}") from None
+    try:
+        _dev(settings, data, binary, lock, demo)
+    finally:
+        lock.release()
+
+
+def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: bool) -> None:
+    """``jobsched dev`` once it holds the data directory's lock."""
     server = NatsServer(
         binary,
         data / "nats",
         log_file=data / "nats-server.log",
         sync_interval=settings.nats_sync_interval,
     )
-    data.mkdir(parents=True, exist_ok=True)
     (data / DEV_FILE).unlink(missing_ok=True)
     url = server.start()
 
@@ -138,6 +157,7 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
             token = mint_token(secret, "dev", ttl=timedelta(days=30))
             dev_info = {"url": info["url"], "token": token, "nats": url}
             (data / DEV_FILE).write_text(json.dumps(dev_info))
+            lock.record(url=info["url"])
             click.echo(_ready_banner(info["url"], token, data, url))
             if demo:
                 await submit_demo_jobs(info["url"], token)

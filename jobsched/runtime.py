@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,9 +21,11 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
-from actors.ownership import LeaseOwnership
+from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
+from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.cancel import CancelMarkers
@@ -31,11 +33,13 @@ from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
+from core.history import Retention
 from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
 from gateway.natsapi import NatsApi
+from gateway.server import GatewayRunner
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,7 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
         servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
         prefix=settings.subject_prefix,
         ack_wait_s=settings.ack_wait_seconds,
+        recorder_ack_wait_s=settings.recorder_ack_wait_seconds,
         max_deliver=settings.max_deliver,
         duplicate_window_s=settings.duplicate_window_seconds,
         status_retention_s=settings.status_retention_seconds,
@@ -112,6 +117,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         lookahead_s=settings.lookahead_seconds,
         redispatch_after_s=settings.redispatch_after,
         prepare_ahead_s=settings.prepare_ahead_seconds,
+        duplicate_window_s=settings.duplicate_window_seconds,
     )
 
 
@@ -250,7 +256,7 @@ class Gateway:
         self.url = ""
 
     async def run(self) -> None:
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5.0)
+        runner = GatewayRunner(self.app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.port)
@@ -268,19 +274,41 @@ class Gateway:
 
 
 def metrics_actors(
-    settings: Settings, roles: Roles, buses: dict[Connection, Bus], metrics: Metrics
+    settings: Settings,
+    roles: Roles,
+    buses: dict[Connection, Bus],
+    metrics: Metrics,
+    *,
+    store: JobStore | None = None,
+    peers: Sequence[Actor] = (),
 ) -> list[Actor]:
     """The queue-depth monitor of a scheduler or worker process (scheduler processes report
     their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), on the scheduler's
     connection or else the worker's, and the metrics server of a process without the gateway
-    when ``metrics_port`` is set."""
+    when ``metrics_port`` is set.
+
+    The metrics server's ``/readyz`` passes once every actor of ``peers`` (the process's actor
+    list, read at each request) is ready and every NATS connection of the process and, when the
+    process has one, the store answer."""
     actors: list[Actor] = []
     bus = buses.get(Connection.SCHEDULER) or buses.get(Connection.WORKER)
     if bus is not None:
         interval_s = settings.queue_depth_interval_seconds
         actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
     if settings.metrics_port and not roles.gateway:
-        actors.append(MetricsServer(metrics.registry, settings.http_host, settings.metrics_port))
+        connections = tuple(buses.values())
+
+        async def ping_nats() -> None:
+            for connection in connections:
+                await connection.ping()
+
+        checks: dict[str, Check] = {"startup": started(peers), "nats": ping_nats}
+        if store is not None:
+            checks["store"] = store.ping
+        server = MetricsServer(
+            metrics.registry, settings.http_host, settings.metrics_port, checks=checks
+        )
+        actors.append(server)
     return actors
 
 
@@ -331,6 +359,14 @@ class Roles:
         return self.scheduler if self.recorder is None else self.recorder
 
 
+def retention_config(settings: Settings) -> RetentionConfig:
+    return RetentionConfig(
+        default=Retention.of_settings(settings.history_limit, settings.history_max_age_seconds),
+        partitions=settings.partitions,
+        sweep_interval_s=settings.history_sweep_interval_seconds,
+    )
+
+
 def make_scheduler(
     settings: Settings,
     store: JobStore,
@@ -338,8 +374,20 @@ def make_scheduler(
     clock: Clock,
     markers: CancelMarkers,
     metrics: Metrics,
-) -> Scheduler:
-    """A scheduler that shares the partitions with its peers through leases."""
+) -> list[Actor]:
+    """A scheduler that shares the partitions with its peers through leases, and the pruner
+    that applies the retention rules to the same partitions.
+
+    Raises:
+        ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
+    """
+    cluster = bus.cluster_name
+    if cluster and settings.lease_ttl_seconds < CLUSTER_MIN_TTL_S:
+        raise ConfigError(
+            f"JOBSCHED_LEASE_TTL_SECONDS={settings.lease_ttl_seconds:g} is too short for the "
+            f"NATS cluster {cluster!r}: a JetStream leader election would let every lease "
+            f'expire; set it to at least {CLUSTER_MIN_TTL_S:g} (README "High availability")'
+        )
     member = settings.resolved_scheduler_id
     ownership = LeaseOwnership(
         LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),
@@ -348,7 +396,10 @@ def make_scheduler(
         ttl_s=settings.lease_ttl_seconds,
         metrics=metrics,
     )
-    return Scheduler(
+    pruner = Pruner(
+        store, bus, clock, retention_config(settings), ownership=ownership, metrics=metrics
+    )
+    scheduler = Scheduler(
         store,
         bus,
         clock,
@@ -357,7 +408,9 @@ def make_scheduler(
         scheduler_id=member,
         markers=markers,
         metrics=metrics,
+        on_finished_records=pruner.mark,
     )
+    return [scheduler, pruner]
 
 
 async def until_stopped(starting: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -390,7 +443,8 @@ class Parts:
     def markers(self, connection: Connection) -> CancelMarkers:
         return CancelMarkers(self.buses[connection], replicas=self.settings.stream_replicas)
 
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> list[Actor]:
+        """The scheduler and its pruner (:func:`make_scheduler`)."""
         assert self.store is not None
         bus, markers = self.buses[Connection.SCHEDULER], self.markers(Connection.SCHEDULER)
         return make_scheduler(self.settings, self.store, bus, self.clock, markers, self.metrics)
@@ -461,13 +515,15 @@ async def serve(
             gateway, api = gateway_actors(parts, secret)
             actors += [gateway, api]
         if roles.scheduler:
-            actors.append(parts.scheduler())
+            actors += parts.scheduler()
         if roles.runs_recorder:
             assert store is not None
-            actors.append(Recorder(buses[Connection.RECORDER], store, metrics=metrics))
+            ack_wait_s = settings.recorder_ack_wait_seconds
+            recorder_bus = buses[Connection.RECORDER]
+            actors.append(Recorder(recorder_bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
         if roles.worker:
             actors.append(parts.worker())
-        actors += metrics_actors(settings, roles, buses, metrics)
+        actors += metrics_actors(settings, roles, buses, metrics, store=store, peers=actors)
         metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 
         async def announce() -> None:

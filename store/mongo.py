@@ -36,27 +36,30 @@ Every query this module sends is served by an index of :data:`INDEXES` (or ``_id
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
-import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
+from bson.binary import Binary
 from bson.codec_options import CodecOptions
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 from pymongo.write_concern import WriteConcern
 
-from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
+from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     TERMINAL_RANK,
+    Attempt,
+    DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
@@ -74,10 +77,15 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneResult,
+    PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
+from core.values import storable_event
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
+from store.mongo_errors import duplicate_index, duplicate_indexes, index_error, translated
+from store.rows import RowReader
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,7 @@ M = TypeVar("M", bound=Model)
 DEFAULT_DATABASE = "jobsched"
 JOBS = "jobs"
 EXECUTIONS = "executions"
+DEAD_LETTERS = "dead_letters"
 ID = "_id"
 
 DURABLE = WriteConcern(w="majority", j=True)
@@ -95,7 +104,6 @@ DURABLE = WriteConcern(w="majority", j=True)
 CODEC_OPTIONS: CodecOptions[Document] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
 """BSON dates come back as aware UTC datetimes."""
 
-DUPLICATE_KEY_CODES = frozenset({11000, 11001, 12582})
 RUN_STATUSES = (ExecutionStatus.RUNNING.value, ExecutionStatus.RETRYING.value)
 
 # Bookkeeping fields of a job document that are not part of the Job schema: the scheduled time
@@ -116,6 +124,15 @@ JOB_STATUS_AFTER = {
 }
 """A job with no run left takes the status of its last run's outcome (as the SQLite store's
 ``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
+
+READ_BACK = {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1, "attempts": 1}
+"""Fields of an execution that :meth:`MongoStore.apply_events` reads back after its transitions."""
+
+MAX_SCANS_TO_EXPLODE = 200
+"""The query planner's ``internalQueryMaxScansToExplode``: a ``$in`` over at most this many
+partitions, sorted on the next index key, is answered by one index scan per partition merged in
+order (``SORT_MERGE``); over more, by a blocking in-memory ``SORT`` of every matching document.
+The due and stale queries are therefore sent in chunks of at most this many partitions."""
 
 UPDATE_ATTEMPTS = 3
 """How often a conditional write is retried when the document changed between its write and
@@ -142,6 +159,14 @@ class IndexSpec:
     partial: Mapping[str, Any] | None = None
     unique: bool = False
 
+    def describe(self) -> str:
+        """Keys and options, for an operator: ``{partition: 1, nextRunAt: 1}, partial {…}``."""
+        keys = ", ".join(f"{k}: {d}" for k, d in self.keys)
+        text = f"{{{keys}}}"
+        if self.partial is not None:
+            text += f", partialFilterExpression {dict(self.partial)}"
+        return text + (", unique" if self.unique else "")
+
     def model(self) -> IndexModel:
         options: dict[str, Any] = {"name": self.name}
         if self.partial is not None:
@@ -153,6 +178,8 @@ class IndexSpec:
 
 DUE = {"nextRunAt": {"$type": "date"}}
 """Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
+FINISHED = {"stateRank": {"$gte": TERMINAL_RANK}}
+"""Partial filter of ``executions_job_finished``: SUCCEEDED, FAILED, CANCELLED and SKIPPED runs."""
 UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
 """Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
 A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
@@ -221,10 +248,30 @@ INDEXES: tuple[IndexSpec, ...] = (
     ),
     IndexSpec(
         EXECUTIONS,
+        "executions_job_finished",
+        (("jobId", ASCENDING), ("finishedAt", DESCENDING), (ID, DESCENDING)),
+        "prune_executions: a job's finished runs, most recently finished first (count rule) or "
+        "finished before a time (age rule)",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_partition",
+        (("partition", ASCENDING), (ID, ASCENDING)),
+        "partition_jobs: the jobs of one partition in id order (the retention sweep)",
+    ),
+    IndexSpec(
+        EXECUTIONS,
         "executions_open",
         (("partition", ASCENDING), ("updatedAt", ASCENDING)),
         "stale_executions: unfinished runs of a scheduler's partitions, oldest transition first",
         partial=UNFINISHED,
+    ),
+    IndexSpec(
+        DEAD_LETTERS,
+        "dead_letters_at",
+        (("at", DESCENDING), (ID, DESCENDING)),
+        "dead_letters: the latest first",
     ),
 )
 """Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;
@@ -250,6 +297,17 @@ def from_document(doc: Mapping[str, Any], kind: type[M]) -> M:
     fields = {k: v for k, v in doc.items() if k != ID}
     fields["id"] = doc[ID]
     return msgspec.convert(fields, kind)
+
+
+def dead_letter_document(letter: DeadLetter) -> Document:
+    """The stored document of a dead letter: its payload as BSON binary."""
+    doc = to_document(letter)
+    doc["data"] = Binary(letter.data)
+    return doc
+
+
+def dead_letter_from_document(doc: Mapping[str, Any]) -> DeadLetter:
+    return from_document({**doc, "data": bytes(doc.get("data", b""))}, DeadLetter)
 
 
 SPEC_FIELDS = {
@@ -326,21 +384,54 @@ def executions_query(job_id: str, cursor: str | None) -> Document:
     return where
 
 
+def chunks(partitions: Collection[int]) -> list[list[int]]:
+    """``partitions``, sorted, in chunks of at most :data:`MAX_SCANS_TO_EXPLODE`."""
+    parts = sorted(partitions)
+    return [parts[i : i + MAX_SCANS_TO_EXPLODE] for i in range(0, len(parts), MAX_SCANS_TO_EXPLODE)]
+
+
 def due_query(partitions: Sequence[int], until: datetime) -> Document:
-    """The filter of ``due_jobs`` (it repeats the partial filter of ``jobs_due``)."""
+    """The filter of ``due_jobs`` for at most :data:`MAX_SCANS_TO_EXPLODE` partitions (it
+    repeats the partial filter of ``jobs_due``)."""
     return {
         "partition": {"$in": list(partitions)},
         "nextRunAt": {**DUE["nextRunAt"], "$lte": until},
     }
 
 
-def stale_query(partitions: Sequence[int], updated_before: datetime) -> Document:
-    """The filter of ``stale_executions`` (it repeats the partial filter of ``executions_open``)."""
-    return {
-        **UNFINISHED,
-        "partition": {"$in": list(partitions)},
-        "updatedAt": {"$lt": updated_before},
-    }
+def stale_query(
+    partitions: Sequence[int], updated_before: datetime, updated_after: datetime | None = None
+) -> Document:
+    """The filter of ``stale_executions`` for at most :data:`MAX_SCANS_TO_EXPLODE` partitions
+    (it repeats the partial filter of ``executions_open``)."""
+    updated: Document = {"$lt": updated_before}
+    if updated_after is not None:
+        updated["$gte"] = updated_after
+    return {**UNFINISHED, "partition": {"$in": list(partitions)}, "updatedAt": updated}
+
+
+MOST_RECENTLY_FINISHED_FIRST = [("finishedAt", DESCENDING), (ID, DESCENDING)]
+OLDEST_FINISHED_FIRST = [("finishedAt", ASCENDING), (ID, ASCENDING)]
+
+
+def finished_query(job_id: str) -> Document:
+    """A job's finished runs (it repeats the partial filter of ``executions_job_finished``);
+    sort with :data:`MOST_RECENTLY_FINISHED_FIRST` for the count rule."""
+    return {"jobId": job_id, **FINISHED}
+
+
+def finished_before_query(job_id: str, before: datetime, keep_id: str | None) -> Document:
+    """A job's runs that finished before ``before``, but ``keep_id``; sort with
+    :data:`OLDEST_FINISHED_FIRST`."""
+    where: Document = {**finished_query(job_id), "finishedAt": {"$lt": before}}
+    if keep_id is not None:
+        where[ID] = {"$ne": keep_id}
+    return where
+
+
+def partition_query(partition: int, after: str | None) -> Document:
+    """The filter of ``partition_jobs``; sort by ``_id``."""
+    return {"partition": partition, ID: {"$gt": after or ""}}
 
 
 def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
@@ -537,6 +628,7 @@ class MongoStore:
         self._given_client = client
         self._client: AsyncMongoClient[Document] | None = None
         self._db: AsyncDatabase[Document] | None = None
+        self.rows = RowReader("mongodb")
 
     def _client_options(self) -> dict[str, Any]:
         in_url = {k.lower() for k, _ in parse_qsl(urlsplit(self.url).query)}
@@ -565,10 +657,7 @@ class MongoStore:
             self.database_name, codec_options=CODEC_OPTIONS, write_concern=DURABLE
         )
         try:
-            with _translated("create indexes"):
-                for name in (JOBS, EXECUTIONS):
-                    specs = [i.model() for i in INDEXES if i.collection == name]
-                    await db[name].create_indexes(specs)
+            await _create_indexes(db)
         except BaseException:
             if client is not self._given_client:
                 await client.close()
@@ -600,7 +689,7 @@ class MongoStore:
         return self.database[EXECUTIONS]
 
     async def ping(self) -> None:
-        with _translated("ping"):
+        with translated("ping"):
             await self.database.command("ping")
 
     async def create_job(self, job: Job, *, request_hash: str | None = None) -> Job:
@@ -617,14 +706,14 @@ class MongoStore:
             doc[REQUEST_HASH] = request_hash
         for _ in range(UPDATE_ATTEMPTS):
             try:
-                with _translated("create job", passing=(DuplicateKeyError,)):
+                with translated("create job", passing=(DuplicateKeyError,)):
                     await self._jobs.insert_one(doc)
             except DuplicateKeyError as e:
-                index = _duplicate_index(e)
+                index = duplicate_index(e)
             else:
                 return job
             if job.idempotency_key is not None:
-                with _translated("read the job of an idempotency key"):
+                with translated("read the job of an idempotency key"):
                     winner = await self._jobs.find_one(key_query(job.owner, job.idempotency_key))
                 if winner is not None:
                     raise IdempotencyKeyReused(
@@ -641,7 +730,7 @@ class MongoStore:
         conflict (and retries if the job reached an allowed status in between)."""
         update = change_update(change, now)
         for _ in range(UPDATE_ATTEMPTS):
-            with _translated("update job"):
+            with translated("update job"):
                 doc = await self._jobs.find_one_and_update(
                     change_query(owner, job_id, change),
                     update,
@@ -662,7 +751,7 @@ class MongoStore:
         same write, and no dispatch can advance it after), then its executions. A failure in
         between leaves executions that no API call reaches (they are listed through their job),
         as does a late status event of a deleted job's run."""
-        with _translated("delete job"):
+        with translated("delete job"):
             result = await self._jobs.delete_one({ID: job_id, "owner": owner})
             if result.deleted_count == 0:
                 raise JobNotFound(f"job {job_id} not found")
@@ -670,7 +759,7 @@ class MongoStore:
 
     async def insert_execution(self, execution: Execution) -> bool:
         try:
-            with _translated("insert execution", passing=(DuplicateKeyError,)):
+            with translated("insert execution", passing=(DuplicateKeyError,)):
                 await self._executions.insert_one(to_document(execution))
         except DuplicateKeyError:
             return False
@@ -680,12 +769,12 @@ class MongoStore:
         ids = list(dict.fromkeys(execution_ids))
         if not ids:
             return []
-        with _translated("get executions"):
+        with translated("get executions"):
             docs = await self._executions.find({ID: {"$in": ids}}).to_list()
-        return [from_document(d, Execution) for d in docs]
+        return self._runs(docs)
 
     async def get_job(self, owner: str, job_id: str) -> Job:
-        with _translated("get job"):
+        with translated("get job"):
             doc = await self._jobs.find_one({ID: job_id, "owner": owner})
         if doc is None:
             raise JobNotFound(f"job {job_id} not found")
@@ -695,7 +784,7 @@ class MongoStore:
         self, owner: str, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
         where = jobs_query(owner, query, cursor)
-        with _translated("list jobs"):
+        with translated("list jobs"):
             docs = await self._jobs.find(where).sort(NEWEST_JOBS_FIRST).limit(limit + 1).to_list()
         items = [from_document(d, Job) for d in docs[:limit]]
         more = len(docs) > limit
@@ -707,7 +796,7 @@ class MongoStore:
     ) -> Page[Execution]:
         await self.get_job(owner, job_id)
         where = executions_query(job_id, cursor)
-        with _translated("list executions"):
+        with translated("list executions"):
             docs = (
                 await self._executions.find(where)
                 .sort(NEWEST_RUNS_FIRST)
@@ -720,7 +809,7 @@ class MongoStore:
         return Page(items=items, next_cursor=nxt)
 
     async def get_execution(self, execution_id: str) -> Execution | None:
-        with _translated("get execution"):
+        with translated("get execution"):
             doc = await self._executions.find_one({ID: execution_id})
         return None if doc is None else from_document(doc, Execution)
 
@@ -728,39 +817,137 @@ class MongoStore:
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return []
-        with _translated("get jobs"):
+        with translated("get jobs"):
             docs = await self._jobs.find({ID: {"$in": ids}}).to_list()
-        return [from_document(d, Job) for d in docs]
+        return self._jobs_of(docs)
 
     async def due_jobs(
         self, partitions: Collection[int], until: datetime, *, limit: int
     ) -> list[Job]:
-        parts = sorted(partitions)
-        if not parts or limit < 1:
+        """See :meth:`core.ports.JobStore.due_jobs`: one query per chunk of at most
+        :data:`MAX_SCANS_TO_EXPLODE` partitions, each answered in index order, merged.
+
+        Once ``limit`` jobs are in hand, later chunks are asked only for jobs due no later
+        than the ``limit``-th earliest so far, so a backlog beyond ``limit`` costs a few times
+        ``limit`` documents, not one ``limit`` per chunk (with fewer due jobs, all of them).
+        """
+        if not partitions or limit < 1:
             return []
-        with _translated("due jobs"):
-            docs = (
-                await self._jobs.find(due_query(parts, until))
-                .sort([("nextRunAt", ASCENDING)])
-                .limit(limit)
-                .to_list()
+        found: list[Job] = []
+        for chunk in chunks(partitions):
+            bound = (
+                until if len(found) < limit else min(until, found[limit - 1].next_run_at or until)
             )
-        return [from_document(d, Job) for d in docs]
+            with translated("due jobs"):
+                docs = (
+                    await self._jobs.find(due_query(chunk, bound))
+                    .sort([("nextRunAt", ASCENDING)])
+                    .limit(limit)
+                    .to_list()
+                )
+            merged = heapq.merge(found, self._jobs_of(docs), key=lambda j: j.next_run_at or until)
+            found = list(merged)[:limit]
+        return found
 
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
-        parts = sorted(partitions)
-        if not parts or limit < 1:
+        """See :meth:`core.ports.JobStore.stale_executions`; chunked as :meth:`due_jobs`."""
+        if not partitions or limit < 1:
             return []
-        with _translated("stale executions"):
+        found: list[Execution] = []
+        for chunk in chunks(partitions):
+            bound = updated_before
+            if len(found) >= limit:  # no later than the limit-th oldest so far (ms precision)
+                bound = min(bound, found[limit - 1].updated_at + timedelta(milliseconds=1))
+            with translated("stale executions"):
+                docs = (
+                    await self._executions.find(stale_query(chunk, bound, updated_after))
+                    .sort([("updatedAt", ASCENDING)])
+                    .limit(limit)
+                    .to_list()
+                )
+            found = list(heapq.merge(found, self._runs(docs), key=lambda e: e.updated_at))[:limit]
+        return found
+
+    def _jobs_of(self, docs: list[Document]) -> list[Job]:
+        return self.rows.decode(
+            docs, lambda d: from_document(d, Job), what="job", key=lambda d: d.get(ID)
+        )
+
+    def _runs(self, docs: list[Document]) -> list[Execution]:
+        return self.rows.decode(
+            docs, lambda d: from_document(d, Execution), what="execution", key=lambda d: d.get(ID)
+        )
+
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """See :meth:`core.ports.JobStore.prune_executions`. Per target, the runs to delete are
+        found with the index ``executions_job_finished`` (the age rule: finished before the
+        cutoff, oldest first; the count rule: skip the ``keep_last`` most recently finished) and
+        deleted with ``{_id: {$in: …}, stateRank: {$gte: <terminal>}}``, so a run that is not
+        finished is never deleted whatever happened in between."""
+        results: list[PruneResult] = []
+        budget = limit
+        for t in targets:
+            doomed: list[str] = []
+            complete = True
+            if t.finished_before is not None:
+                where = finished_before_query(t.job_id, t.finished_before, t.keep_id)
+                doomed = await self._finished_ids(where, OLDEST_FINISHED_FIRST, 0, budget)
+                complete = len(doomed) < budget
+            if t.keep_last is not None and complete:
+                left = budget - len(doomed)
+                where = finished_query(t.job_id)
+                ids = await self._finished_ids(
+                    where, MOST_RECENTLY_FINISHED_FIRST, t.keep_last, left
+                )
+                doomed += [i for i in ids if i != t.keep_id]
+                complete = len(ids) < left
+            budget -= len(doomed)
+            deleted = await self._delete_finished(doomed)
+            results.append(PruneResult(deleted=deleted, complete=complete))
+        return results
+
+    async def _finished_ids(
+        self, where: Document, sort: list[tuple[str, int]], skip: int, limit: int
+    ) -> list[str]:
+        if limit < 1:
+            return []
+        with translated("find runs to prune"):
             docs = (
-                await self._executions.find(stale_query(parts, updated_before))
-                .sort([("updatedAt", ASCENDING)])
+                await self._executions.find(where, {ID: 1})
+                .sort(sort)
+                .skip(skip)
                 .limit(limit)
                 .to_list()
             )
-        return [from_document(d, Execution) for d in docs]
+        return [d[ID] for d in docs]
+
+    async def _delete_finished(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        with translated("delete finished runs"):
+            result = await self._executions.delete_many({ID: {"$in": ids}, **FINISHED})
+        return result.deleted_count
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        if limit < 1:
+            return []
+        with translated("partition jobs"):
+            docs = (
+                await self._jobs.find(partition_query(partition, after))
+                .sort([(ID, ASCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return self._jobs_of(docs)
 
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:
@@ -781,7 +968,7 @@ class MongoStore:
             return []
         inserted = await self._insert_executions([d.execution for d in runs])
         now = runs[0].execution.created_at
-        with _translated("advance jobs"):
+        with translated("advance jobs"):
             await self._jobs.bulk_write([advance_op(d, now) for d in runs], ordered=True)
         advanced = await self._advanced(runs)
         orphans = [
@@ -798,19 +985,19 @@ class MongoStore:
     async def _insert_executions(self, executions: Sequence[Execution]) -> list[bool]:
         """Insert ``executions``; for each, whether this call inserted it."""
         try:
-            with _translated("insert executions", passing=(BulkWriteError,)):
+            with translated("insert executions", passing=(BulkWriteError,)):
                 await self._executions.insert_many(
                     [to_document(e) for e in executions], ordered=False
                 )
         except BulkWriteError as e:
-            existed = _duplicate_indexes(e)
+            existed = duplicate_indexes(e, "insert executions")
             return [i not in existed for i in range(len(executions))]
         return [True] * len(executions)
 
     async def _advanced(self, runs: Sequence[Dispatch]) -> list[bool]:
         """Which runs advanced their job (see :func:`store.dispatching.advanced`)."""
         ids = list(dict.fromkeys(d.execution.job_id for d in runs))
-        with _translated("read back jobs"):
+        with translated("read back jobs"):
             docs = await self._jobs.find(
                 {ID: {"$in": ids}}, {"lastScheduledFor": 1, "nextRunAt": 1}
             ).to_list()
@@ -826,7 +1013,7 @@ class MongoStore:
         by_status: dict[str, list[str]] = {}
         for e in executions:
             by_status.setdefault(e.status.value, []).append(e.id)
-        with _translated("delete orphan executions"):
+        with translated("delete orphan executions"):
             deleted = 0
             for status, of_status in by_status.items():
                 result = await self._executions.delete_many(
@@ -854,22 +1041,26 @@ class MongoStore:
            status = :status)``; ``lastRunAt`` is the run's first start, ``lastError`` its error;
         3. one ordered bulk of conditional job-summary updates (:func:`summary_ops`).
 
-        Returns how many events moved an execution forward.
+        Returns how many events moved an execution forward. Results and errors are stored as
+        :func:`core.values.storable_event` bounds them (as the SQLite store stores them).
         """
         if not events:
             return 0
-        changed, retry = await self._transitions(list(events), upsert=True)
+        events = [storable_event(ev) for ev in events]
+        changed, retry = await self._transitions(events, upsert=True)
         if retry:
             again, _ = await self._transitions([events[i] for i in retry], upsert=False)
             changed += again
         summaries = [ev for ev in events if ev.status != ExecutionStatus.QUEUED]
-        if not summaries:
+        observing: dict[str, list[StatusEvent]] = {}
+        for ev in events:
+            if observes_attempt(ev):
+                observing.setdefault(ev.execution_id, []).append(ev)
+        ids = list(dict.fromkeys([*(ev.execution_id for ev in summaries), *observing]))
+        if not ids:
             return changed
-        with _translated("read back executions"):
-            ids = list(dict.fromkeys(ev.execution_id for ev in summaries))
-            docs = await self._executions.find(
-                {ID: {"$in": ids}}, {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1}
-            ).to_list()
+        with translated("read back executions"):
+            docs = await self._executions.find({ID: {"$in": ids}}, READ_BACK).to_list()
             now = {d[ID]: d for d in docs}
             ops = [
                 op
@@ -882,7 +1073,52 @@ class MongoStore:
             ]
             if ops:
                 await self._jobs.bulk_write(ops, ordered=True)
+        await self._record_attempts(observing, now)
         return changed
+
+    async def _record_attempts(
+        self, observing: Mapping[str, Sequence[StatusEvent]], docs: Mapping[str, Document]
+    ) -> None:
+        """Merge the events into their runs' ``attempts`` (:func:`core.history.record_attempts`).
+
+        Each merged list is written with a compare-and-set on the list read (``{_id, attempts:
+        <as read>}``): a concurrent recorder's merge in between makes it match nothing, and that
+        run is read and merged again (merging is idempotent, so runs already written are left
+        alone). ``docs`` are the executions as read back by :meth:`apply_events`.
+
+        Raises:
+            StoreUnavailable: a history kept changing under :data:`UPDATE_ATTEMPTS` merges (the
+                recorder retries the batch).
+        """
+        for _ in range(UPDATE_ATTEMPTS):
+            ops, ids = [], []
+            for run_id, events in observing.items():
+                doc = docs.get(run_id)
+                if doc is None or doc.get("status") == NEVER_RAN.value:  # deleted; never ran
+                    continue
+                stored = doc.get("attempts")
+                known = _stored_attempts(run_id, stored)
+                history = record_attempts(known, events)
+                if history == known:
+                    continue
+                read = {"$exists": False} if stored is None else stored
+                update = {
+                    "$set": {"attempts": msgspec.to_builtins(history, builtin_types=(datetime,))}
+                }
+                ops.append(UpdateOne({ID: run_id, "attempts": read}, update))
+                ids.append(run_id)
+            if not ops:
+                return
+            with translated("record attempts"):
+                result = await self._executions.bulk_write(ops, ordered=False)
+                if result.matched_count == len(ops):
+                    return
+                again = await self._executions.find(
+                    {ID: {"$in": ids}}, {"status": 1, "attempts": 1}
+                ).to_list()
+            docs = {d[ID]: d for d in again}
+            observing = {run_id: observing[run_id] for run_id in ids}
+        raise StoreUnavailable("the attempt history of a run kept changing; retry")
 
     async def _transitions(
         self, events: Sequence[StatusEvent], *, upsert: bool
@@ -890,53 +1126,68 @@ class MongoStore:
         """Apply ``events`` to their executions; return (moved forward, indexes to retry)."""
         ops = [transition_op(ev, upsert=upsert) for ev in events]
         try:
-            with _translated("record transitions", passing=(BulkWriteError,)):
+            with translated("record transitions", passing=(BulkWriteError,)):
                 result = await self._executions.bulk_write(ops, ordered=False)
         except BulkWriteError as e:
-            duplicates = _duplicate_indexes(e)
+            duplicates = duplicate_indexes(e, "record transitions")
             return e.details.get("nModified", 0) + e.details.get("nUpserted", 0), sorted(duplicates)
         return result.modified_count + result.upserted_count, []
 
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
+        """See :meth:`core.ports.JobStore.dead_letter`: one unordered insert; a duplicate id is
+        a letter stored before (a redelivery)."""
+        if not letters:
+            return 0
+        try:
+            with translated("store dead letters", passing=(BulkWriteError,)):
+                await self.database[DEAD_LETTERS].insert_many(
+                    [dead_letter_document(x) for x in letters], ordered=False
+                )
+        except BulkWriteError as e:
+            return len(letters) - len(duplicate_indexes(e, "store dead letters"))
+        return len(letters)
 
-_DUPLICATE_INDEX = re.compile(r"index: (\S+) dup key")
+    async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
+        with translated("read dead letters"):
+            docs = (
+                await self.database[DEAD_LETTERS]
+                .find({})
+                .sort([("at", DESCENDING), (ID, DESCENDING)])
+                .limit(limit)
+                .to_list()
+            )
+        return self.rows.decode(
+            docs, dead_letter_from_document, what="dead letter", key=lambda d: d.get(ID)
+        )
 
 
-def _duplicate_index(error: DuplicateKeyError) -> str | None:
-    """The name of the unique index a duplicate-key error is about, when the server names it
-    (``E11000 duplicate key error collection: db.jobs index: <name> dup key: {…}``)."""
-    details = error.details or {}
-    match = _DUPLICATE_INDEX.search(str(details.get("errmsg") or error))
-    return match.group(1) if match else None
-
-
-def _duplicate_indexes(error: BulkWriteError) -> set[int]:
-    """The operations of a bulk write that failed on a duplicate key.
+async def _create_indexes(db: AsyncDatabase[Document]) -> None:
+    """Create every index of :data:`INDEXES` (idempotent), one at a time so that an index the
+    server cannot create as declared is named.
 
     Raises:
-        StoreUnavailable: the bulk also failed otherwise (a write-concern error: durability of
-            its writes is unknown; or any other write error).
+        ConfigError: an index of the same name or keys exists with other options, or the server
+            refuses to build it (see :func:`store.mongo_errors.index_error`).
+        StoreUnavailable: the server cannot be reached.
     """
-    details = error.details
-    others = [e for e in details.get("writeErrors", []) if e.get("code") not in DUPLICATE_KEY_CODES]
-    if details.get("writeConcernErrors") or others:
-        log.warning("mongodb bulk write failed: %s", details)
-        raise StoreUnavailable("the store could not confirm a write; retry") from error
-    return {e["index"] for e in details.get("writeErrors", [])}
+    for spec in INDEXES:
+        try:
+            with translated(f"create index {spec.collection}.{spec.name}"):
+                await db[spec.collection].create_indexes([spec.model()])
+        except (StoreUnavailable, StoreRejected) as e:
+            error = index_error(e, spec.collection, spec.name, spec.describe())
+            if error is not None:
+                raise error from None
+            raise
 
 
-@contextmanager
-def _translated(action: str, *, passing: tuple[type[PyMongoError], ...] = ()) -> Iterator[None]:
-    """Turn driver errors into :class:`StoreUnavailable`.
-
-    Errors of the ``passing`` types go through untouched: the caller decides what a duplicate key
-    means, and must not let them escape either.
-    """
+def _stored_attempts(run_id: str, stored: Any) -> list[Attempt]:
+    """A run's stored ``attempts``; an unreadable value (a newer version's, edited by hand) is
+    logged and started anew, so it never stops the recorder."""
+    if not stored:
+        return []
     try:
-        yield
-    except passing:
-        raise
-    except PyMongoError as e:
-        log.warning("mongodb: %s failed: %s: %s", action, type(e).__name__, e)
-        raise StoreUnavailable(
-            f"the store cannot be used right now ({action}: {type(e).__name__})"
-        ) from e
+        return msgspec.convert(stored, list[Attempt])
+    except msgspec.ValidationError as e:
+        log.warning("mongodb: run %s has unreadable attempts (%s); recording them anew", run_id, e)
+        return []

@@ -24,9 +24,13 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
+    TERMINAL_RANK,
+    Attempt,
+    DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
@@ -49,10 +53,14 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneResult,
+    PruneTarget,
 )
 from core.timeutil import from_epoch_ms, to_epoch_ms
+from core.values import storable_event
 from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
+from store.rows import RowReader
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +113,31 @@ CREATE TABLE IF NOT EXISTS executions (
     error TEXT,
     result BLOB,
     dispatched_by TEXT,
-    extra BLOB
+    extra BLOB,
+    attempts BLOB
 );
 CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_owner_status
     ON executions (owner, status, scheduled_for DESC);
 CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
+CREATE INDEX IF NOT EXISTS executions_job_finished
+    ON executions (job_id, finished_at DESC, id DESC) WHERE state_rank = 1000000;
+CREATE INDEX IF NOT EXISTS jobs_partition ON jobs (partition, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    error TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    execution_id TEXT,
+    job_id TEXT,
+    owner TEXT,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
 """
 
 MIGRATIONS = (
@@ -120,6 +146,7 @@ MIGRATIONS = (
     ("jobs", "idempotency_key", "TEXT"),
     ("jobs", "request_hash", "TEXT"),
     ("jobs", "last_dispatched_for", "INTEGER"),
+    ("executions", "attempts", "BLOB"),
 )
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
@@ -140,7 +167,7 @@ JOB_INSERT = (
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result, dispatched_by, extra"
+    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts"
 )
 N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
 
@@ -184,6 +211,22 @@ WHERE id = :job_id
               WHERE id = :execution_id AND state_rank = :rank AND status = :status)
 """
 
+FINISHED_BEYOND = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000
+ORDER BY finished_at DESC, id DESC LIMIT ? OFFSET ?
+"""
+"""Finished runs of a job past its ``keep_last`` most recently finished (index
+``executions_job_finished``; the literal rank lets SQLite use the partial index)."""
+
+FINISHED_BEFORE = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000 AND finished_at < ? AND id IS NOT ?
+ORDER BY finished_at LIMIT ?
+"""
+"""Finished runs of a job that ended before a time, oldest first, but the job's latest run."""
+assert TERMINAL_RANK == 1_000_000, "the SQL of this module spells the terminal rank out"
+
 ADVANCE = """
 UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?,
     last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
@@ -204,6 +247,8 @@ class _Spec(Model, kw_only=True, frozen=True):
     misfire_grace_seconds: float = 60.0
     max_catch_up: int = 10
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
+    history_limit: int | None = None
+    history_max_age_seconds: float | None = None
 
 
 class _Extra(Model, kw_only=True, frozen=True):
@@ -226,6 +271,7 @@ JOB_STATUS_AFTER = {
 _spec_encoder = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(_Spec)
 _extra_decoder = msgspec.json.Decoder(_Extra)
+_attempts_decoder = msgspec.json.Decoder(list[Attempt])
 _json_decoder = msgspec.json.Decoder()
 _NO_EXTRA = _spec_encoder.encode(_Extra())
 
@@ -242,6 +288,8 @@ def _spec_of(job: Job | JobSpec) -> _Spec:
         misfire_grace_seconds=job.misfire_grace_seconds,
         max_catch_up=job.max_catch_up,
         overlap_policy=job.overlap_policy,
+        history_limit=job.history_limit,
+        history_max_age_seconds=job.history_max_age_seconds,
     )
 
 
@@ -268,6 +316,8 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         misfire_grace_seconds=spec.misfire_grace_seconds,
         max_catch_up=spec.max_catch_up,
         overlap_policy=spec.overlap_policy,
+        history_limit=spec.history_limit,
+        history_max_age_seconds=spec.history_max_age_seconds,
         status=JobStatus(row["status"]),
         partition=row["partition"],
         created_at=from_epoch_ms(row["created_at"]),
@@ -333,6 +383,7 @@ def _execution_from_row(row: sqlite3.Row) -> Execution:
         jitter_ms=extra.jitter_ms,
         skip_reason=extra.skip_reason,
         missed=extra.missed,
+        attempts=_attempts_decoder.decode(row["attempts"]) if row["attempts"] else [],
     )
 
 
@@ -367,6 +418,7 @@ def _execution_row(e: Execution) -> tuple[Any, ...]:
                 missed=e.missed,
             )
         ),
+        _spec_encoder.encode(e.attempts) if e.attempts else None,
     )
 
 
@@ -395,6 +447,7 @@ def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
         None if ev.result is None else msgspec.json.encode(ev.result),
         None,
         _NO_EXTRA,
+        None,
     )
 
 
@@ -411,6 +464,22 @@ def _summary_params(ev: StatusEvent) -> dict[str, Any]:
         "job_id": ev.job_id,
         "rank": ev.rank,
     }
+
+
+def _dead_letter_from_row(row: sqlite3.Row) -> DeadLetter:
+    return DeadLetter(
+        id=row["id"],
+        at=from_epoch_ms(row["at"]),
+        source=row["source"],
+        reason=row["reason"],
+        error=row["error"],
+        subject=row["subject"],
+        size=row["size"],
+        execution_id=row["execution_id"],
+        job_id=row["job_id"],
+        owner=row["owner"],
+        data=bytes(row["data"]),
+    )
 
 
 def path_from_url(url: str) -> Path:
@@ -438,6 +507,7 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         self._creates: list[tuple[Job, asyncio.Future[None]]] = []
+        self.rows = RowReader("sqlite")
 
     async def open(self) -> None:
         if self._writer is not None:
@@ -545,15 +615,15 @@ class SqliteStore:
         try:
             async with self._transaction() as conn:
                 await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
-        except sqlite3.IntegrityError:
-            for job, done in batch:  # a duplicate id: find it, insert the others one by one
+        except (sqlite3.IntegrityError, StoreRejected):
+            for job, done in batch:  # a duplicate id or a job refused: each on its own
                 try:
                     async with self._transaction() as conn:
                         await conn.execute(JOB_INSERT, (*_job_row(job), None))
                     done.set_result(None)
                 except sqlite3.IntegrityError:
                     done.set_exception(Conflict(f"job {job.id} exists"))
-                except StoreUnavailable as e:
+                except (StoreUnavailable, StoreRejected) as e:
                     done.set_exception(e)
             return
         except StoreUnavailable as e:
@@ -640,7 +710,7 @@ class SqliteStore:
                 f"WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             )
-            out.extend(_execution_from_row(r) for r in rows)
+            out.extend(self._runs(rows))
         return out
 
     async def get_job(self, owner: str, job_id: str) -> Job:
@@ -714,7 +784,7 @@ class SqliteStore:
             rows = await self._fetch(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
             )
-            jobs.extend(_job_from_row(r) for r in rows)
+            jobs.extend(self._jobs_of(rows))
         return jobs
 
     async def due_jobs(
@@ -728,7 +798,7 @@ class SqliteStore:
             "AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
             [*parts, to_epoch_ms(until), limit],
         )
-        return [_job_from_row(r) for r in rows]
+        return self._jobs_of(rows)
 
     async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
         if not runs:
@@ -782,6 +852,7 @@ class SqliteStore:
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
         if not events:
             return 0
+        events = [storable_event(ev) for ev in events]
         async with self._transaction() as conn:
             before = conn.total_changes
             await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
@@ -799,26 +870,175 @@ class SqliteStore:
                     if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
                 ],
             )
+            await self._record_attempts(conn, events)
         return changed
 
+    @staticmethod
+    async def _record_attempts(conn: aiosqlite.Connection, events: Sequence[StatusEvent]) -> None:
+        """Merge the events into their runs' attempt histories (inside the write transaction
+        of :meth:`apply_events`, so no concurrent merge can interleave)."""
+        by_run: dict[str, list[StatusEvent]] = {}
+        for ev in events:
+            if observes_attempt(ev):
+                by_run.setdefault(ev.execution_id, []).append(ev)
+        ids = list(by_run)
+        updates: list[tuple[bytes, str]] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = await conn.execute_fetchall(
+                "SELECT id, attempts FROM executions "
+                f"WHERE id IN ({', '.join('?' * len(chunk))}) AND status != ?",
+                [*chunk, NEVER_RAN.value],
+            )
+            for run_id, raw in rows:
+                stored = _stored_attempts(run_id, raw)
+                history = record_attempts(stored, by_run[run_id])
+                if history != stored:
+                    updates.append((_spec_encoder.encode(history), run_id))
+        await conn.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
+
+    async def prune_executions(
+        self, targets: Sequence[PruneTarget], *, limit: int
+    ) -> list[PruneResult]:
+        """See :meth:`core.ports.JobStore.prune_executions`.
+
+        The runs to delete are found on the reader connection (a visit that finds nothing takes
+        no write lock), then deleted in one write transaction (one fsync) with ``state_rank``
+        checked again. Freed pages go to the file's free list and are reused by later inserts,
+        so a steady insert-and-prune load keeps the file at its size.
+        """
+        plan: list[tuple[list[str], bool]] = []
+        budget = limit
+        for t in targets:
+            doomed: list[str] = []
+            complete = True
+            if t.finished_before is not None and budget > 0:
+                before = to_epoch_ms(t.finished_before)
+                rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
+                doomed += [r[0] for r in rows]
+                complete = len(rows) < budget
+            elif t.finished_before is not None:
+                complete = False
+            left = budget - len(doomed)
+            if t.keep_last is not None and complete:
+                rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
+                doomed += [r[0] for r in rows if r[0] != t.keep_id]
+                complete = len(rows) < left
+            budget -= len(doomed)
+            plan.append((doomed, complete))
+        if not any(doomed for doomed, _ in plan):
+            return [PruneResult(deleted=0, complete=complete) for _, complete in plan]
+        results: list[PruneResult] = []
+        async with self._transaction() as conn:
+            for doomed, complete in plan:
+                deleted = await _delete_finished(conn, doomed)
+                results.append(PruneResult(deleted=deleted, complete=complete))
+        return results
+
+    async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE partition = ? AND id > ? ORDER BY id LIMIT ?",
+            (partition, after or "", limit),
+        )
+        return self._jobs_of(rows)
+
     async def stale_executions(
-        self, partitions: Collection[int], updated_before: datetime, *, limit: int
+        self,
+        partitions: Collection[int],
+        updated_before: datetime,
+        *,
+        limit: int,
+        updated_after: datetime | None = None,
     ) -> list[Execution]:
         parts = sorted(partitions)
         if not parts:
             return []
+        after = -(2**63) if updated_after is None else to_epoch_ms(updated_after)
         rows = await self._fetch(
             f"SELECT {EXECUTION_COLUMNS} FROM executions "
             "WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING') "
             f"AND partition IN ({', '.join('?' * len(parts))}) AND updated_at < ? "
-            "ORDER BY updated_at LIMIT ?",
-            [*parts, to_epoch_ms(updated_before), limit],
+            "AND updated_at >= ? ORDER BY updated_at LIMIT ?",
+            [*parts, to_epoch_ms(updated_before), after, limit],
         )
-        return [_execution_from_row(r) for r in rows]
+        return self._runs(rows)
+
+    def _jobs_of(self, rows: Sequence[sqlite3.Row]) -> list[Job]:
+        return self.rows.decode(rows, _job_from_row, what="job", key=lambda r: r["id"])
+
+    def _runs(self, rows: Sequence[sqlite3.Row]) -> list[Execution]:
+        return self.rows.decode(rows, _execution_from_row, what="execution", key=lambda r: r["id"])
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
+        if not letters:
+            return 0
+        async with self._transaction() as conn:
+            before = conn.total_changes
+            await conn.executemany(
+                "INSERT OR IGNORE INTO dead_letters (id, at, source, reason, error, subject, "
+                "size, execution_id, job_id, owner, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        x.id,
+                        to_epoch_ms(x.at),
+                        x.source,
+                        x.reason,
+                        x.error,
+                        x.subject,
+                        x.size,
+                        x.execution_id,
+                        x.job_id,
+                        x.owner,
+                        x.data,
+                    )
+                    for x in letters
+                ],
+            )
+            return conn.total_changes - before
+
+    async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
+        rows = await self._fetch(
+            "SELECT id, at, source, reason, error, subject, size, execution_id, job_id, owner, "
+            "data FROM dead_letters ORDER BY at DESC, id DESC LIMIT ?",
+            [limit],
+        )
+        return self.rows.decode(
+            rows, _dead_letter_from_row, what="dead letter", key=lambda r: r["id"]
+        )
+
+
+def _stored_attempts(run_id: str, raw: bytes | None) -> list[Attempt]:
+    """A run's stored attempts; an unreadable value (a newer version's, edited by hand) is
+    logged and started anew, so it never stops the recorder."""
+    if not raw:
+        return []
+    try:
+        return _attempts_decoder.decode(raw)
+    except msgspec.DecodeError as e:
+        log.warning("sqlite: run %s has unreadable attempts (%s); recording them anew", run_id, e)
+        return []
+
+
+async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
+    """Delete executions by id if they are (still) finished; how many."""
+    deleted = 0
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        cur = await conn.execute(
+            f"DELETE FROM executions WHERE id IN ({', '.join('?' * len(chunk))}) "
+            "AND state_rank = 1000000",
+            chunk,
+        )
+        deleted += cur.rowcount
+    return deleted
 
 
 class _translated:
-    """Context manager turning sqlite3 operational errors into StoreUnavailable."""
+    """Context manager turning driver errors into the store's: a value SQLite cannot bind (an
+    integer beyond 64 bits, a lone surrogate, a string or blob over SQLite's limit) into
+    :class:`StoreRejected` (this write, for good); operational errors (locked, busy, I/O, disk
+    full, a damaged file) into :class:`StoreUnavailable` (the store, for now). Constraint
+    violations go through: the caller knows what a duplicate key means."""
 
     def __enter__(self) -> None:
         return None
@@ -826,10 +1046,26 @@ class _translated:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
-            exc, sqlite3.IntegrityError
-        ):
+        if exc is None or isinstance(exc, sqlite3.IntegrityError):
+            return
+        if isinstance(
+            exc,
+            OverflowError
+            | UnicodeEncodeError
+            | sqlite3.DataError
+            | sqlite3.ProgrammingError
+            | sqlite3.InterfaceError,
+        ) and not _closed(exc):
+            raise StoreRejected(
+                f"the store refuses this write: {type(exc).__name__}: {exc}"
+            ) from exc
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
             log.warning("sqlite error: %s", exc)
             raise StoreUnavailable(f"the store cannot be used right now: {exc}") from exc
-        if isinstance(exc, ValueError) and "closed" in str(exc).lower():
+        if isinstance(exc, ValueError) and _closed(exc):
             raise StoreUnavailable("the store connection is closed") from exc
+
+
+def _closed(exc: BaseException) -> bool:
+    """A call on a closed connection (aiosqlite's ValueError, sqlite3's ProgrammingError)."""
+    return "closed" in str(exc).lower()

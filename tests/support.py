@@ -235,6 +235,14 @@ class Child:
         return self.log.read_text(errors="replace")
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 def noop_body(**kw: Any) -> dict[str, Any]:
     return {"taskId": "noop", **kw}
 

@@ -12,7 +12,9 @@ from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig, NatsClient
 from core.errors import BusUnavailable
 from core.ids import execution_id
 from core.model import RunMessage
+from core.settings import load_settings
 from jobsched.natsserver import NatsServer
+from jobsched.runtime import bus_config
 
 
 async def test_cancelled_pings_leave_the_connection_working(
@@ -177,3 +179,34 @@ def test_header_parsing_gives_what_nats_py_gives() -> None:
     blocks += [b"K%sey: v\r\nok: 1\r\n" % bytes([c]) for c in range(128) if c not in b"\r\n:"]
     for raw in blocks:
         assert NatsClient._parse_header_lines(raw) == Client._parse_header_lines(raw), raw
+
+
+async def test_the_recorder_consumer_takes_the_configured_ack_wait(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """``JOBSCHED_RECORDER_ACK_WAIT_SECONDS`` reaches the recorders' consumer, also one that
+    exists already with another ack wait (an upgrade, a changed setting)."""
+    first = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    changed = Bus(BusConfig(servers=[nats_server.url], prefix=prefix, recorder_ack_wait_s=7.5))
+    await first.connect()
+    await changed.connect()
+    try:
+        await first.ensure_streams()
+        await first.ensure_recorder_consumer()
+        info = await first.js.consumer_info(first.config.status_stream, "recorder")
+        assert info.config.ack_wait == 30.0
+
+        await changed.ensure_recorder_consumer()
+
+        info = await changed.js.consumer_info(changed.config.status_stream, "recorder")
+        assert info.config.ack_wait == 7.5
+    finally:
+        await changed.close()
+        await first.close()
+
+
+def test_the_recorder_ack_wait_setting_reaches_the_bus() -> None:
+    settings = load_settings({"JOBSCHED_RECORDER_ACK_WAIT_SECONDS": "45"})
+
+    assert bus_config(settings).recorder_ack_wait_s == 45.0
+    assert bus_config(load_settings({})).recorder_ack_wait_s == 30.0

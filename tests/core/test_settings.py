@@ -17,6 +17,8 @@ def test_no_variables_give_the_documented_defaults() -> None:
     assert (s.nats_url, s.partitions, s.subject_prefix) == ("nats://127.0.0.1:4222", 64, "jobsched")
     assert (s.http_host, s.http_port, s.queues) == ("127.0.0.1", 8080, "default")
     assert (s.ack_wait_seconds, s.max_deliver, s.log_format) == (30.0, 20, "text")
+    assert (s.history_limit, s.history_max_age_seconds) == (1000, 30 * 86400.0)
+    assert s.history_sweep_interval_seconds == 3600.0
 
 
 def test_values_are_parsed_from_strings() -> None:
@@ -29,6 +31,7 @@ def test_values_are_parsed_from_strings() -> None:
             "JOBSCHED_QUEUES": "default, reports ,,cpu",
             "JOBSCHED_LOG_FORMAT": "json",
             "JOBSCHED_NATS_URL": "nats://a:4222,nats://b:4222",
+            "JOBSCHED_RECORDER_ACK_WAIT_SECONDS": "90",
         }
     )
 
@@ -38,6 +41,7 @@ def test_values_are_parsed_from_strings() -> None:
     assert isinstance(s.retry_backoff_seconds, float)
     assert s.queue_names == ["default", "reports", "cpu"]
     assert (s.log_format, s.nats_url) == ("json", "nats://a:4222,nats://b:4222")
+    assert s.recorder_ack_wait_seconds == 90.0
 
 
 def test_other_variables_are_ignored() -> None:
@@ -64,6 +68,12 @@ def test_overrides_win_over_the_environment() -> None:
         ("JOBSCHED_LOG_FORMAT", "xml"),
         ("JOBSCHED_SUBJECT_PREFIX", "a.b"),
         ("JOBSCHED_MAX_DELIVER", ""),
+        ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "0.5"),
+        ("JOBSCHED_RECORDER_ACK_WAIT_SECONDS", "3601"),
+        ("JOBSCHED_HISTORY_LIMIT", "-1"),
+        ("JOBSCHED_HISTORY_LIMIT", "many"),
+        ("JOBSCHED_HISTORY_MAX_AGE_SECONDS", "-5"),
+        ("JOBSCHED_HISTORY_SWEEP_INTERVAL_SECONDS", "0"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_variable(name: str, value: str) -> None:

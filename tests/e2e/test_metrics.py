@@ -6,7 +6,6 @@ Every wait is on a condition (a status event, or the scraped values themselves) 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,15 @@ from core.clock import FakeClock
 from core.model import ExecutionStatus
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
-from tests.support import Child, EventLog, env_for, executions, noop_body, start_stack
+from tests.support import (
+    Child,
+    EventLog,
+    env_for,
+    executions,
+    free_port,
+    noop_body,
+    start_stack,
+)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -69,13 +76,6 @@ async def scrape_until(
         raise TimeoutError(f"timed out waiting for {what}; last scrape: {jobsched}") from None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics = Metrics()
     metrics.task("noop")
@@ -85,7 +85,7 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.nats_disconnected("scheduler")()
 
     families = list(metrics.registry.collect())
-    assert len(families) == 20
+    assert len(families) == 23
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
         assert family.documentation, family.name

@@ -86,6 +86,17 @@ async def test_failing_task_retries_with_growing_delays_then_succeeds(
     [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
     assert run.attempt == 3
     assert run.error is None
+    assert [(a.attempt, a.outcome, a.redelivered) for a in run.attempts] == [
+        (1, ExecutionStatus.RETRYING, False),
+        (2, ExecutionStatus.RETRYING, False),
+        (3, ExecutionStatus.SUCCEEDED, False),
+    ]
+    assert [(a.started_at, a.worker_id) for a in run.attempts] == [
+        (e.started_at, e.worker_id) for e in running
+    ]
+    assert [a.finished_at for a in run.attempts[:2]] == [e.at for e in retrying]
+    assert all(a.error and "failing on purpose" in a.error for a in run.attempts[:2])
+    assert run.started_at == run.attempts[0].started_at  # the run's first start
 
 
 async def test_task_failing_every_attempt_ends_failed_with_the_error(stack: Stack) -> None:

@@ -53,6 +53,13 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
         [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
         assert (run.attempt, run.worker_id) == (2, "w2")
+        lost, redelivered = run.attempts
+        assert (lost.attempt, lost.worker_id, lost.started_at) == (1, "w1", running[0].started_at)
+        assert (lost.outcome, lost.finished_at, lost.redelivered) == (None, None, False)
+        assert (redelivered.attempt, redelivered.worker_id) == (2, "w2")
+        assert redelivered.started_at == running[1].started_at
+        assert (redelivered.outcome, redelivered.redelivered) == (ExecutionStatus.SUCCEEDED, True)
+        assert run.started_at == lost.started_at  # the run's first start, kept
 
 
 def dev_env(make_settings: SettingsFactory, data: Path) -> dict[str, str]:
@@ -178,6 +185,88 @@ async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_pat
         ), "nats-server must stop with dev"
     finally:
         dev.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _dev_files(data: Path) -> dict[str, tuple[bytes, int]]:
+    """Content and mtime of every file `jobsched dev` itself writes in its data dir."""
+    paths = [
+        data / "dev.json",
+        *(data / "nats").glob("nats-server.*"),
+        *(data / "nats").glob("ports/*"),
+    ]
+    return {str(p.relative_to(data)): (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+async def test_a_second_dev_on_the_same_data_dir_is_refused_and_touches_nothing(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "dev-data"
+    env = dev_env(make_settings, data)
+    first = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev1.log")
+    try:
+        url, token = await read_dev_file(data, first)
+        nats_pid = int((data / "nats" / "nats-server.pid").read_text())
+        before = _dev_files(data)
+        assert "dev.json" in before and "nats/nats-server.pid" in before
+
+        second = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev2.log")
+        try:
+            code = await asyncio.to_thread(second.proc.wait, 30)
+        finally:
+            second.close()
+        lines = [line for line in second.output().splitlines() if line.strip()]
+        assert code == 1, second.output()
+        assert len(lines) == 1, second.output()
+        assert str(data.resolve()) in lines[0]
+        assert f"pid {first.proc.pid}" in lines[0] and url in lines[0]
+
+        assert _dev_files(data) == before
+        assert _running(nats_pid), "the first instance's nats-server was stopped"
+        async with JobschedClient(url, token) as client:
+            job = await client.create_job({"taskId": "noop"})
+            assert (
+                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=20)
+            ).status == "SUCCEEDED"
+        assert first.terminate() == 0, first.output()
+    finally:
+        first.close()
+
+
+async def test_after_a_sigkill_the_next_dev_takes_the_lock_and_stops_the_orphaned_nats_server(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "dev-data"
+    env = dev_env(make_settings, data)
+    first = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev1.log")
+    try:
+        await read_dev_file(data, first)
+        orphan = int((data / "nats" / "nats-server.pid").read_text())
+        stale = (data / "dev.json").read_text()
+        first.kill()
+        assert _running(orphan), "SIGKILL of dev leaves its nats-server running"
+
+        second = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev2.log")
+        try:
+            url, token = await read_dev_file(data, second, previous=stale)
+            assert not _running(orphan), "the orphaned nats-server was left running"
+            assert int((data / "nats" / "nats-server.pid").read_text()) != orphan
+            async with JobschedClient(url, token) as client:
+                job = await client.create_job({"taskId": "noop"})
+                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=20)
+            assert second.terminate() == 0, second.output()
+        finally:
+            second.close()
+    finally:
+        first.close()
 
 
 async def test_dev_on_a_busy_port_fails_in_one_line_and_leaves_nothing_behind(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import nats
+import nats.errors
 import nats.js.errors
 
 from core.settings import Settings
@@ -69,7 +70,7 @@ class Cluster:
 
     async def lease_owners(self) -> dict[int, str]:
         """Partition → owner, as the lease bucket shows now."""
-        nc = await nats.connect(self.settings.nats_url)
+        nc = await nats.connect(self.settings.nats_url.split(","))
         try:
             try:
                 kv = await nc.jetstream().key_value(f"{self.settings.subject_prefix}_leases")
@@ -102,7 +103,10 @@ class Cluster:
         share = -(-n // len(wanted))
         async with asyncio.timeout(timeout_s):
             while True:
-                owners = await self.lease_owners()
+                try:
+                    owners = await self.lease_owners()
+                except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                    owners = {}  # a NATS cluster still electing its leaders
                 by: dict[str, set[int]] = {m: set() for m in wanted}
                 for p, o in owners.items():
                     by.setdefault(o, set()).add(p)

@@ -23,7 +23,14 @@ from jobsched.client import ApiError
 from jobsched.natsserver import NatsServer
 from store.sqlite import path_from_url
 from tests.conftest import SettingsFactory
-from tests.faults.cluster import cluster, failover_seconds, lost_and_duplicates, now
+from tests.faults.cluster import (
+    Cluster,
+    Run,
+    cluster,
+    failover_seconds,
+    lost_and_duplicates,
+    now,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -254,3 +261,76 @@ async def test_7_losing_the_work_stream_loses_no_run(
         f"\nscenario 7 ({how}): lost={lost} duplicates={duplicates} all re-run within {recovered.total_seconds():.1f}s"
     )
     assert lost == 0 and duplicates == 0
+
+
+async def _recorded(c: Cluster, jobs: list[str], timeout_s: float = 20.0) -> list[Run]:
+    """Wait until every job in ``jobs`` has an execution record; return them."""
+    wanted = set(jobs)
+    async with asyncio.timeout(timeout_s):
+        while True:
+            runs = [r for r in c.runs() if r.job_id in wanted]
+            if {r.job_id for r in runs} == wanted:
+                return runs
+            await asyncio.sleep(0.05)
+
+
+async def test_8_the_new_owner_publishes_the_runs_a_killed_scheduler_had_recorded(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    # Runs are recorded 10 s ahead of their due time, and the re-dispatch sweep waits an hour:
+    # only the takeover can publish what s1 recorded and never sent.
+    settings = fast(make_settings, prepare_ahead_seconds=10.0, redispatch_after_seconds=3600.0)
+    async with cluster(settings, tmp_path) as c:
+        c.start("scheduler", "s1")
+        c.start("scheduler", "s2")
+        c.start("worker", "w1")
+        await c.wait_balanced({"s1", "s2"})
+        due = now() + timedelta(seconds=8)
+        jobs = await c.create_once_jobs(40, due, spread_s=0.5)
+        recorded = await _recorded(c, jobs)
+        assert now() < due - timedelta(seconds=1), "too slow to kill s1 before its runs are due"
+        killed_at = c.kill("s1")
+        stranded = {r.id for r in recorded if r.dispatched_by == "s1"}
+        assert stranded and all(r.status == "QUEUED" for r in recorded)
+        runs = await c.wait_succeeded(jobs, timeout_s=30)
+    lost, duplicates = lost_and_duplicates(jobs, runs)
+    late = [
+        (r.started_at - r.scheduled_for).total_seconds()
+        for r in runs
+        if r.id in stranded and r.started_at
+    ]
+    print(
+        f"\nscenario 8: {len(stranded)} runs recorded by s1 before its kill at {killed_at:%T}: "
+        f"lost={lost} duplicates={duplicates}, started at most {max(late):.2f}s after due"
+    )
+    assert lost == 0 and duplicates == 0
+    assert {r.id for r in runs if r.id in stranded and r.status == "SUCCEEDED"} == stranded
+
+
+async def test_9_sigterm_publishes_the_prepared_runs_before_handing_the_partitions_back(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    # Runs are recorded 3 s ahead and the re-dispatch sweep waits an hour; s2 (whose takeover
+    # would publish what s1 left behind, and whose recorder records the outcomes) starts only
+    # once s1 has exited: every run must have been published by s1 itself, at its due time.
+    settings = fast(make_settings, prepare_ahead_seconds=3.0, redispatch_after_seconds=3600.0)
+    async with cluster(settings, tmp_path) as c:
+        s1 = c.start("scheduler", "s1")
+        c.start("worker", "w1")
+        await c.wait_balanced({"s1"})
+        due = now() + timedelta(seconds=2)
+        jobs = await c.create_once_jobs(20, due, spread_s=0.5)
+        recorded = await _recorded(c, jobs)
+        assert now() < due, "too slow to stop s1 before its runs are due"
+        s1.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(s1.proc.wait, 30)
+        exited_at = now()
+        c.start("scheduler", "s2")
+        runs = await c.wait_succeeded(jobs, timeout_s=20)
+    lost, duplicates = lost_and_duplicates(jobs, runs)
+    print(f"\nscenario 9: exit={code} lost={lost} duplicates={duplicates}")
+    assert code == 0, s1.output()
+    assert all(r.status == "QUEUED" for r in recorded)
+    assert lost == 0 and duplicates == 0
+    assert all(r.published_at and r.scheduled_for <= r.published_at < exited_at for r in runs)
+    assert "released 16 lease(s)" in s1.output()

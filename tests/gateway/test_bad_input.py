@@ -215,8 +215,18 @@ BAD_BODIES: list[tuple[str, Any, int, str, str | None]] = [
         "validation_error",
         "queue",
     ),
+    ("history limit 0", {"taskId": "noop", "historyLimit": 0}, 422, "validation_error",
+     "historyLimit"),
+    ("history limit too big", {"taskId": "noop", "historyLimit": 100_001}, 422,
+     "validation_error", "historyLimit"),
+    ("history limit not an int", {"taskId": "noop", "historyLimit": 2.5}, 422,
+     "validation_error", "historyLimit"),
+    ("history max age under a minute", {"taskId": "noop", "historyMaxAgeSeconds": 59}, 422,
+     "validation_error", "historyMaxAgeSeconds"),
+    ("history max age a string", {"taskId": "noop", "historyMaxAgeSeconds": "1d"}, 422,
+     "validation_error", "historyMaxAgeSeconds"),
     ("body is an array", [{"taskId": "noop"}], 422, "validation_error", "body"),
-]
+]  # fmt: skip
 
 
 def assert_problem(
@@ -427,6 +437,35 @@ async def test_unknown_routes_and_methods_are_problems(api: Api) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/jobs", "GET, HEAD, POST"),
+        ("PUT", "/jobs/0123", "DELETE, GET, HEAD, PATCH"),
+        ("GET", "/jobs/0123/pause", "POST"),
+        ("OPTIONS", "/jobs", "GET, HEAD, POST"),
+        ("POST", "/healthz", "GET, HEAD"),
+    ],
+)
+async def test_a_405_lists_the_methods_of_the_path_in_allow(
+    api: Api, method: str, path: str, allowed: str
+) -> None:
+    """RFC 9110 §15.5.6: a 405 carries ``Allow`` (HEAD comes with every GET route)."""
+    async with api.session.request(method, f"{api.url}{path}", headers=api.auth()) as resp:
+        assert resp.headers.get("Allow") == allowed
+        problem = await resp.json(content_type=None)
+        assert_problem(resp.status, resp.content_type, problem, 405, "method_not_allowed")
+        assert allowed in problem["detail"]
+
+
+async def test_a_405_to_head_carries_allow_without_a_body(api: Api) -> None:
+    async with api.session.head(f"{api.url}/jobs/0123/pause", headers=api.auth()) as resp:
+        assert resp.status == 405
+        assert resp.headers.get("Allow") == "POST"
+        assert resp.content_type == "application/problem+json"
+        assert await resp.read() == b""
+
+
 async def test_health_needs_no_token(api: Api) -> None:
     async with api.session.get(f"{api.url}/healthz") as resp:
         assert resp.status == 200
@@ -450,3 +489,37 @@ async def test_a_valid_job_is_201_with_location_and_echoes_utc(api: Api) -> None
     assert job["status"] == "SCHEDULED"
     assert job["maxAttempts"] == 3 and job["timeoutSeconds"] == 60.0
     assert await stored_jobs(api) == 1
+
+
+async def test_a_job_keeps_its_own_retention_and_patch_changes_or_clears_it(api: Api) -> None:
+    body = {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 60},
+            "historyLimit": 50, "historyMaxAgeSeconds": 7200}  # fmt: skip
+    async with api.session.post(f"{api.url}/jobs", json=body, headers=api.auth()) as resp:
+        assert resp.status == 201
+        job = await resp.json()
+    assert (job["historyLimit"], job["historyMaxAgeSeconds"]) == (50, 7200.0)
+    url = f"{api.url}/jobs/{job['id']}"
+
+    async def patch(change: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        async with api.session.patch(url, json=change, headers=api.auth()) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    status, changed = await patch({"historyLimit": 10})
+    assert status == 200
+    assert (changed["historyLimit"], changed["historyMaxAgeSeconds"]) == (10, 7200.0)
+    status, changed = await patch({"maxAttempts": 2})  # absent: unchanged
+    assert (changed["historyLimit"], changed["historyMaxAgeSeconds"]) == (10, 7200.0)
+    status, changed = await patch({"historyMaxAgeSeconds": None})  # null: the default again
+    assert (changed["historyLimit"], changed["historyMaxAgeSeconds"]) == (10, None)
+    status, problem = await patch({"historyLimit": -3})
+    assert status == 422 and [e["field"] for e in problem["errors"]] == ["historyLimit"]
+    stored = await api.store.get_job("alice", job["id"])
+    assert (stored.history_limit, stored.history_max_age_seconds) == (10, None)
+
+
+async def test_a_job_without_its_own_retention_shows_null(api: Api) -> None:
+    async with api.session.post(
+        f"{api.url}/jobs", json={"taskId": "noop"}, headers=api.auth()
+    ) as resp:
+        job = await resp.json()
+    assert (job["historyLimit"], job["historyMaxAgeSeconds"]) == (None, None)

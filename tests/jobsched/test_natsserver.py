@@ -83,3 +83,36 @@ def test_the_default_fsync_policy_syncs_every_second(nats_binary: str, tmp_path:
 def test_a_bad_sync_interval_setting_is_refused_naming_it(value: str) -> None:
     with pytest.raises(ConfigError, match="JOBSCHED_NATS_SYNC_INTERVAL"):
         load_settings({"JOBSCHED_NATS_SYNC_INTERVAL": value})
+
+
+def test_an_orphaned_server_of_the_same_storage_is_stopped_before_a_start(
+    nats_binary: str, tmp_path: Path
+) -> None:
+    orphan = NatsServer(nats_binary, tmp_path / "nats")
+    orphan.start()
+    orphan_proc = orphan._proc
+    assert orphan_proc is not None
+    successor = NatsServer(nats_binary, tmp_path / "nats")
+    try:
+        successor.start()
+        assert orphan_proc.wait(10) is not None
+    finally:
+        successor.stop()
+        orphan.stop()
+
+
+def test_a_stale_pid_file_never_stops_the_server_of_another_storage(
+    nats_binary: str, tmp_path: Path
+) -> None:
+    """A pid file can outlive its server, and its pid be reused (by a nats-server too)."""
+    other = NatsServer(nats_binary, tmp_path / "other")
+    other.start()
+    try:
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "nats-server.pid").write_text(str(other.pid))
+        mine = NatsServer(nats_binary, tmp_path / "mine")
+        mine.start()
+        mine.stop()
+        assert other._proc is not None and other._proc.poll() is None, "another's server stopped"
+    finally:
+        other.stop()

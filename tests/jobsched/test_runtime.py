@@ -1,4 +1,4 @@
-"""``jobsched.runtime.run_actors``: how a process's actors start and stop together."""
+"""``jobsched.runtime``: how a process's actors start and stop together; settings reaching them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
-from jobsched.runtime import run_actors
+from core.history import Retention
+from core.settings import load_settings
+from jobsched.runtime import retention_config, run_actors
 
 
 class MissesOneCancellation:
@@ -68,3 +70,19 @@ async def test_the_stop_event_stops_every_actor() -> None:
         stop.set()
         await running
     assert not missing.missed
+
+
+def test_the_retention_settings_reach_the_pruner() -> None:
+    settings = load_settings(
+        {
+            "JOBSCHED_HISTORY_LIMIT": "7",
+            "JOBSCHED_HISTORY_MAX_AGE_SECONDS": "0",
+            "JOBSCHED_HISTORY_SWEEP_INTERVAL_SECONDS": "60",
+            "JOBSCHED_PARTITIONS": "16",
+        }
+    )
+
+    config = retention_config(settings)
+
+    assert config.default == Retention(keep_last=7, max_age_s=None)
+    assert (config.sweep_interval_s, config.partitions) == (60.0, 16)

@@ -26,6 +26,12 @@ What this fake CANNOT prove — only a real replica set can:
   produced by a server;
 - which server versions support an operator: mongomock implements its own subset of the query and
   aggregation languages, which is neither a superset nor a subset of any MongoDB release.
+
+Where mongomock is more lenient than a server in a way this store depends on, the fake is made as
+strict as the server: partial-index filters (the server's operator whitelist), index conflicts
+under one name (``IndexOptionsConflict`` 85, ``IndexKeySpecsConflict`` 86, with the server's
+codes), and values BSON cannot hold (mongomock encodes every document, so an integer beyond
+64 bits or NUL in a key raises as the driver does).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import bson
 import mongomock
 from mongomock import filtering as mongomock_filtering
 from pymongo import (
@@ -114,7 +121,8 @@ def _utc(value: Any) -> Any:
 
 
 class FakeCursor:
-    """``AsyncCursor`` / ``AsyncCommandCursor`` subset: ``sort``, ``limit``, ``to_list``."""
+    """``AsyncCursor`` / ``AsyncCommandCursor`` subset: ``sort``, ``skip``, ``limit``,
+    ``to_list``."""
 
     def __init__(
         self,
@@ -128,6 +136,7 @@ class FakeCursor:
         self._fetch = fetch
         self._filter = filter
         self._sort: list[tuple[str, int]] = []
+        self._skip = 0
         self._limit = 0
 
     def sort(self, key_or_list: str | Sequence[tuple[str, int]], direction: int = 1) -> FakeCursor:
@@ -135,6 +144,10 @@ class FakeCursor:
             self._sort = [(key_or_list, direction)]
         else:
             self._sort = list(key_or_list)
+        return self
+
+    def skip(self, skip: int) -> FakeCursor:
+        self._skip = skip
         return self
 
     def limit(self, limit: int) -> FakeCursor:
@@ -148,7 +161,7 @@ class FakeCursor:
             self._shared.queries.append(
                 Query(self._collection, "find", self._filter, tuple(self._sort))
             )
-        docs = list(self._fetch(self._sort, self._limit))
+        docs = list(self._fetch(self._sort, self._skip, self._limit))
         if length is not None:
             docs = docs[:length]
         return [_utc(d) for d in docs]
@@ -170,22 +183,56 @@ class FakeAsyncCollection:
         self._shared.queries.append(Query(self.name, op, filter))
 
     async def create_indexes(self, models: Iterable[IndexModel]) -> list[str]:
+        """As the server's ``createIndexes``: idempotent for an identical index; an index of the
+        same name with other keys (``IndexKeySpecsConflict``) or options
+        (``IndexOptionsConflict``), or of the same keys and options under another name, fails
+        as the server fails; a partial filter the server refuses (:func:`partial_filter_error`)
+        fails with ``CannotCreateIndex``."""
         await self._enter("create_indexes")
         names = []
         for model in models:
             doc = dict(model.document)
             keys = list(doc.pop("key").items())
-            existing = self._c.index_information().get(doc["name"])
-            wanted = {"key": keys, **{k: v for k, v in doc.items() if k != "name"}}
-            if existing is not None and {k: v for k, v in existing.items() if k != "v"} == wanted:
-                names.append(doc["name"])
-                continue
+            name = doc["name"]
+            options = {k: v for k, v in doc.items() if k != "name"}
             partial = doc.get("partialFilterExpression")
+            if partial is not None and (problem := partial_filter_error(partial)) is not None:
+                raise _failure(
+                    67,
+                    "CannotCreateIndex",
+                    f"Error in specification {doc} :: caused by :: {problem}",
+                )
+            existing = self._c.index_information()
+            if name in existing:
+                current = {k: v for k, v in existing[name].items() if k not in ("v", "key")}
+                if [tuple(k) for k in existing[name]["key"]] != [tuple(k) for k in keys]:
+                    raise _failure(
+                        86,
+                        "IndexKeySpecsConflict",
+                        f"An existing index has the same name as the requested index but different keys. Requested index: {doc}, existing index: {existing[name]}",
+                    )
+                if current != options:
+                    raise _failure(
+                        85,
+                        "IndexOptionsConflict",
+                        f"An equivalent index already exists with the same name but different options. Requested index: {doc}, existing index: {existing[name]}",
+                    )
+                names.append(name)
+                continue
+            for other, info in existing.items():
+                same_keys = [tuple(k) for k in info["key"]] == [tuple(k) for k in keys]
+                same_options = {k: v for k, v in info.items() if k not in ("v", "key")} == options
+                if same_keys and same_options:
+                    raise _failure(
+                        85,
+                        "IndexOptionsConflict",
+                        f"Index already exists with a different name: {other}",
+                    )
             if doc.get("unique") and partial is not None:
                 self._check_unique([k for k, _ in keys], partial)
                 doc.pop("unique")
                 names.append(self._c.create_index(keys, **doc))
-                self._c._store.indexes[doc["name"]]["unique"] = True  # past mongomock's full check
+                self._c._store.indexes[name]["unique"] = True  # past mongomock's full check
             else:
                 names.append(self._c.create_index(keys, **doc))
         return names
@@ -229,6 +276,7 @@ class FakeAsyncCollection:
 
     async def insert_one(self, document: Document) -> InsertOneResult:
         await self._enter("insert_one")
+        _encode(document)
         return self._insert(document)
 
     def _insert(self, document: Document) -> InsertOneResult:
@@ -254,10 +302,12 @@ class FakeAsyncCollection:
     def find(
         self, filter: Mapping[str, Any], projection: Mapping[str, Any] | None = None
     ) -> FakeCursor:
-        def fetch(sort: list[tuple[str, int]], limit: int) -> Any:
+        def fetch(sort: list[tuple[str, int]], skip: int, limit: int) -> Any:
             cursor = self._c.find(filter, projection)
             if sort:
                 cursor = cursor.sort(sort)
+            if skip:
+                cursor = cursor.skip(skip)
             return cursor.limit(limit) if limit else cursor
 
         return FakeCursor(self._shared, self.name, fetch, filter)
@@ -271,7 +321,7 @@ class FakeAsyncCollection:
                 Query(self.name, "aggregate", stages[0]["$match"], tuple(sort.items()))
             )
         docs = list(self._c.aggregate(stages))
-        return FakeCursor(self._shared, self.name, lambda _s, _l: docs)
+        return FakeCursor(self._shared, self.name, lambda _sort, _skip, _limit: docs)
 
     async def find_one_and_update(
         self,
@@ -281,6 +331,7 @@ class FakeAsyncCollection:
         return_document: bool = ReturnDocument.BEFORE,
     ) -> Document | None:
         await self._enter("find_one_and_update")
+        _encode(filter, update)
         self._log("find_one_and_update", filter)
         doc: Document | None = _utc(
             self._c.find_one_and_update(
@@ -293,6 +344,7 @@ class FakeAsyncCollection:
         self, filter: Mapping[str, Any], update: Mapping[str, Any], upsert: bool = False
     ) -> UpdateResult:
         await self._enter("update_one")
+        _encode(filter, update)
         self._log("update_one", filter)
         result: UpdateResult = self._c.update_one(filter, update, upsert=upsert)
         return result
@@ -319,7 +371,11 @@ class FakeAsyncCollection:
         return self._bulk(requests, ordered=ordered)
 
     def _bulk(self, requests: Sequence[Any], *, ordered: bool) -> BulkWriteResult:
-        """Run the operations one by one, with PyMongo's result and error shapes."""
+        """Run the operations one by one, with PyMongo's result and error shapes. Every
+        operation is encoded first, as the driver encodes a batch before it sends it: one that
+        BSON cannot hold fails the call with nothing applied."""
+        for op in requests:
+            _encode(*(d for d in (getattr(op, "_filter", None), getattr(op, "_doc", None)) if d))
         details: Document = {
             "writeErrors": [],
             "writeConcernErrors": [],
@@ -370,6 +426,61 @@ class FakeAsyncCollection:
                 details["nRemoved"] += self._c.delete_many(op._filter).deleted_count
         else:  # pragma: no cover - the store uses no other operation
             raise OperationFailure(f"fake bulk_write: unsupported operation {op!r}")
+
+
+PARTIAL_FILTER_OPERATORS = frozenset(
+    {"$eq", "$gt", "$gte", "$lt", "$lte", "$type", "$exists", "$in"}
+)
+PARTIAL_FILTER_MAX_DEPTH = 4
+
+
+def partial_filter_error(expr: Mapping[str, Any], level: int = 0) -> str | None:
+    """Why the server would refuse ``expr`` as a ``partialFilterExpression``, or None.
+
+    MongoDB 6.0 and later (``IndexCatalogImpl::_checkValidFilterExpressions``) accept only
+    equality (``field: value``, ``$eq``), ``$exists: true``, ``$gt``/``$gte``/``$lt``/``$lte``,
+    ``$type``, ``$in``, and ``$and``/``$or`` of those, nested at most four levels; ``$ne``,
+    ``$nin``, ``$not``, ``$exists: false`` (a negation), ``$regex``, ``$elemMatch``, ``$expr`` and
+    the rest are refused. mongomock accepts every filter, so an index only a real server rejects
+    would pass this suite and fail at the first start in production.
+    """
+    if level + 1 > PARTIAL_FILTER_MAX_DEPTH:
+        return f"partialFilterExpression depth may not exceed {PARTIAL_FILTER_MAX_DEPTH}"
+    for key, value in expr.items():
+        if key in ("$and", "$or"):
+            if not isinstance(value, list) or not value:
+                return f"{key} must be a nonempty array"
+            for clause in value:
+                if (problem := partial_filter_error(clause, level + 1)) is not None:
+                    return problem
+            continue
+        if key.startswith("$"):
+            return f"Expression not supported in partial index: {key}"
+        if isinstance(value, Mapping) and any(str(k).startswith("$") for k in value):
+            for op, arg in value.items():
+                if op not in PARTIAL_FILTER_OPERATORS:
+                    negation = op in ("$ne", "$nin", "$not")
+                    return (
+                        f"Expression not supported in partial index: {'$not' if negation else op}"
+                    )
+                if op == "$exists" and not arg:
+                    return "Expression not supported in partial index: $not (exists: false)"
+    return None
+
+
+def _failure(code: int, name: str, message: str) -> OperationFailure:
+    """An ``OperationFailure`` shaped as the server's reply (``code``, ``codeName``, ``errmsg``)."""
+    return OperationFailure(
+        message, code, {"ok": 0.0, "errmsg": message, "code": code, "codeName": name}
+    )
+
+
+def _encode(*documents: Mapping[str, Any]) -> None:
+    """Raise what the driver raises for a document BSON cannot hold (``InvalidDocument``,
+    ``OverflowError``, ``UnicodeEncodeError``), before anything reaches the server. mongomock
+    encodes too, but only after it applied an update in place, leaving half a write behind."""
+    for doc in documents:
+        bson.encode(dict(doc))
 
 
 def _op_doc(op: Any) -> Any:

@@ -32,14 +32,17 @@ from typing import Any, cast
 
 import msgspec
 import pytest
-from pymongo import AsyncMongoClient
+from bson.errors import InvalidDocument
+from pymongo import AsyncMongoClient, IndexModel, UpdateOne
 from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     NetworkTimeout,
     NotPrimaryError,
+    OperationFailure,
     PyMongoError,
     ServerSelectionTimeoutError,
     WriteConcernError,
@@ -47,11 +50,12 @@ from pymongo.errors import (
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from core.errors import Conflict, JobNotFound, StoreUnavailable
+from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
 from core.ids import execution_id
 from core.model import (
     TERMINAL_RANK,
     CronSchedule,
+    DeadLetter,
     Execution,
     ExecutionStatus,
     ImmediateSchedule,
@@ -75,15 +79,18 @@ from core.ports import (
     JobQuery,
     JobSpec,
     JobStatusConflict,
+    PruneTarget,
 )
 from store import sqlite
 from store.mongo import (
+    DEAD_LETTERS,
     EXECUTIONS,
     ID,
     IDEMPOTENCY_INDEX,
     INDEXES,
     JOB_STATUS_AFTER,
     JOBS,
+    MAX_SCANS_TO_EXPLODE,
     REQUEST_HASH,
     MongoStore,
     database_name,
@@ -100,7 +107,12 @@ from store.mongo_queries import (
 )
 from store.sqlite import SqliteStore
 from tests.store.backends import MONGODB_URL_ENV, real_mongo_store
-from tests.store.mongo_fake import FakeAsyncCollection, FakeAsyncMongoClient, Query
+from tests.store.mongo_fake import (
+    FakeAsyncCollection,
+    FakeAsyncMongoClient,
+    Query,
+    partial_filter_error,
+)
 
 T0 = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -282,6 +294,8 @@ CONTROL_SPEC = JobSpec(
     misfire_grace_seconds=5.0,
     max_catch_up=3,
     overlap_policy=OverlapPolicy.REPLACE,
+    history_limit=25,
+    history_max_age_seconds=3600.0,
 )
 
 
@@ -346,6 +360,35 @@ async def test_a_skipped_record_stores_its_reason_trigger_jitter_and_missed_time
     assert await store.get_execution(record.id) == record
 
 
+async def test_a_run_stores_its_attempts_as_an_array_of_documents(store: MongoStore) -> None:
+    """``attempts``: one document per attempt, oldest first, camelCase, BSON dates, every field
+    present (null included), as docs/data-model.md describes them for dashboards."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    assert (await raw(store, EXECUTIONS, d.execution.id))["attempts"] == []
+
+    await store.apply_events(
+        [
+            event(d.execution, ExecutionStatus.RUNNING, 1),
+            event(d.execution, ExecutionStatus.RETRYING, 1, error="ValueError: boom"),
+            event(d.execution, ExecutionStatus.RUNNING, 2),
+        ]
+    )
+
+    doc = await raw(store, EXECUTIONS, d.execution.id)
+    started = T0 + 2 * MIN / 60
+    assert doc["attempts"] == [
+        {"attempt": 1, "startedAt": started, "workerId": "w1", "finishedAt": T0 + 1 * MIN / 60,
+         "outcome": "RETRYING", "error": "ValueError: boom", "redelivered": False},
+        {"attempt": 2, "startedAt": started, "workerId": "w1", "finishedAt": None,
+         "outcome": None, "error": None, "redelivered": False},
+    ]  # fmt: skip
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 2]
+
+
 async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_at(
     store: MongoStore,
 ) -> None:
@@ -363,7 +406,15 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     )
     assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
     assert "nextRunAt" not in doc
+    assert (doc["historyLimit"], doc["historyMaxAgeSeconds"]) == (25, 3600.0)
     assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
+    back_to_defaults = JobChange(
+        "changed",
+        spec=dataclasses.replace(CONTROL_SPEC, history_limit=None, history_max_age_seconds=None),
+    )
+    await store.update_job("alice", j.id, back_to_defaults, now=at(2))
+    doc = await raw(store, JOBS, j.id)
+    assert "historyLimit" not in doc and "historyMaxAgeSeconds" not in doc  # null is absent
     assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
 
 
@@ -397,7 +448,7 @@ async def test_every_write_asks_for_majority_journaled(store: MongoStore) -> Non
 
 async def test_declared_indexes_exist(store: MongoStore) -> None:
     assert len({i.name for i in INDEXES}) == len(INDEXES)
-    for collection in (JOBS, EXECUTIONS):
+    for collection in (JOBS, EXECUTIONS, DEAD_LETTERS):
         info = await store.database[collection].index_information()
         declared = {i.name: i for i in INDEXES if i.collection == collection}
         assert set(info) == {"_id_", *declared}
@@ -435,6 +486,98 @@ async def test_open_builds_the_key_index_over_jobs_created_before_it(store: Mong
     await upgraded.create_job(job("new-1", idempotency_key="k"))
     with pytest.raises(IdempotencyKeyReused):
         await upgraded.create_job(job("new-2", idempotency_key="k"))
+
+
+REFUSED_PARTIAL_FILTERS = [
+    {"nextRunAt": {"$ne": None}},
+    {"nextRunAt": {"$exists": False}},
+    {"status": {"$nin": ["FAILED"]}},
+    {"status": {"$not": {"$eq": "FAILED"}}},
+    {"status": {"$regex": "^F"}},
+    {"$nor": [{"status": "FAILED"}]},
+    {"$expr": {"$eq": ["$status", "FAILED"]}},
+    {"$and": [{"$or": [{"$and": [{"$or": [{"a": 1}]}]}]}]},  # five levels deep
+]
+ACCEPTED_PARTIAL_FILTERS = [
+    {"nextRunAt": {"$type": "date"}},
+    {"nextRunAt": {"$exists": True}},
+    {"stateRank": {"$lt": 1_000_000}},
+    {"status": {"$in": ["QUEUED", "RUNNING"]}},
+    {"$or": [{"a": 1}, {"b": {"$gt": 2}}]},
+    {"a": None, "b": {"$gte": 1, "$lt": 5}},
+]
+
+
+@pytest.mark.parametrize("partial", REFUSED_PARTIAL_FILTERS, ids=str)
+async def test_the_fake_refuses_partial_filters_the_server_refuses(
+    store: MongoStore, partial: dict[str, Any]
+) -> None:
+    """mongomock builds any partial index; MongoDB refuses these with CannotCreateIndex (67), so
+    an index using one would pass CI and stop every start in production."""
+    model = IndexModel([("x", 1)], name="probe", partialFilterExpression=partial)
+    with pytest.raises(OperationFailure) as info:
+        await store.database[JOBS].create_indexes([model])
+    assert info.value.code == 67
+
+
+@pytest.mark.parametrize("partial", ACCEPTED_PARTIAL_FILTERS, ids=str)
+async def test_the_fake_accepts_partial_filters_the_server_accepts(
+    store: MongoStore, partial: dict[str, Any]
+) -> None:
+    model = IndexModel([("x", 1)], name="probe", partialFilterExpression=partial)
+    assert await store.database[JOBS].create_indexes([model]) == ["probe"]
+
+
+def test_every_declared_partial_filter_is_one_the_server_accepts() -> None:
+    assert [i.name for i in INDEXES if i.partial and partial_filter_error(i.partial)] == []
+
+
+CHANGED_INDEXES = [
+    pytest.param(
+        "jobs_due",
+        [("partition", 1), ("nextRunAt", 1)],
+        {"partialFilterExpression": {"nextRunAt": {"$exists": True}}},
+        "IndexOptionsConflict",
+        id="options-changed",
+    ),
+    pytest.param("jobs_due", [("nextRunAt", 1)], {}, "IndexKeySpecsConflict", id="keys-changed"),
+    pytest.param(
+        "executions_job_scheduled",
+        [("jobId", 1), ("scheduledFor", -1), ("_id", -1)],
+        {"unique": True},
+        "IndexOptionsConflict",
+        id="made-unique",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "keys", "options", "code"), CHANGED_INDEXES)
+async def test_an_index_changed_under_its_name_is_a_configuration_error_naming_it(
+    name: str, keys: list[tuple[str, int]], options: dict[str, Any], code: str
+) -> None:
+    """A permanent error at start is no "store unavailable" (a restart loop that never heals):
+    it names the index and what to do."""
+    fake = FakeAsyncMongoClient()
+    spec = INDEXES_BY_NAME[name]
+    db = fake.get_database("jobsched")
+    await db[spec.collection].create_indexes([IndexModel(keys, name=name, **options)])
+    s = MongoStore("mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake))
+
+    with pytest.raises(ConfigError) as info:
+        await s.open()
+
+    message = info.value.message
+    assert f"{spec.collection}.{name}" in message and code in message
+    assert f'db.{spec.collection}.dropIndex("{name}")' in message
+    assert not isinstance(info.value, StoreUnavailable)
+
+
+async def test_an_unreachable_server_at_start_is_still_unavailable() -> None:
+    fake = FakeAsyncMongoClient()
+    fake.fail(ServerSelectionTimeoutError("no primary"), op="create_indexes")
+    s = MongoStore("mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake))
+    with pytest.raises(StoreUnavailable):
+        await s.open()
 
 
 INDEXES_BY_NAME = {i.name: i for i in INDEXES}
@@ -537,6 +680,62 @@ def test_serving_index_rejects_unindexed_queries() -> None:
 async def test_every_query_of_every_method_is_served_by_an_index(
     store: MongoStore, fake: FakeAsyncMongoClient
 ) -> None:
+    await run_every_query(store)
+
+    queries = logged_query_shapes(fake)
+    assert len(queries) > 40
+    unserved = [q for q in queries if served(q) is None]
+    assert unserved == []
+    used = {served(q) for q in queries}
+    assert {i.name for i in INDEXES} <= used, "an index that no query uses"
+
+
+async def test_no_query_lists_more_partitions_than_the_planner_explodes(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    """Past ``internalQueryMaxScansToExplode`` (200) scans, a ``$in`` sorted on the next index
+    key becomes a blocking in-memory sort of every match; the store sends chunks instead, and
+    merges them into the same answer as one query."""
+    partitions = set(range(4096))  # JOBSCHED_PARTITIONS' largest value, all owned by one
+    jobs = [job(f"m{p}", partition=p, next_run_at=at(p % 97)) for p in range(0, 4096, 7)]
+    for j in jobs:
+        await store.create_job(j)
+    fake.queries.clear()
+
+    due = await store.due_jobs(partitions, at(60), limit=25)
+
+    expected = sorted((j for j in jobs if j.next_run_at and j.next_run_at <= at(60)),
+                      key=lambda j: (j.next_run_at, j.id))[:25]  # fmt: skip
+    assert [j.next_run_at for j in due] == [j.next_run_at for j in expected]
+    assert {j.id for j in due} <= {j.id for j in jobs}
+    await store.stale_executions(partitions, at(100), limit=25)
+    shapes = [q.filter["partition"]["$in"] for q in fake.queries if "partition" in q.filter]
+    assert len(shapes) == 2 * -(-4096 // MAX_SCANS_TO_EXPLODE)
+    assert max(len(s) for s in shapes) <= MAX_SCANS_TO_EXPLODE
+    assert sorted(p for s in shapes[: len(shapes) // 2] for p in s) == sorted(partitions)
+
+
+def dead_letter(letter_id: str, *, at_: datetime = T0) -> DeadLetter:
+    return DeadLetter(
+        id=letter_id,
+        source="recorder",
+        reason="rejected",
+        error="the store refuses this write",
+        subject="jobsched.status.alice.j1",
+        data=b"\x00\xffnot json",
+        size=10,
+        at=at_,
+    )
+
+
+def logged_query_shapes(fake: FakeAsyncMongoClient) -> list[Query]:
+    """What the store sent: every filter and sort (for the explain test on a real server)."""
+    return [q for q in fake.queries if q.op != "find_one" or q.filter]
+
+
+async def run_every_query(store: MongoStore) -> None:
+    """Every method of the store, with cursors, conflicts, chunks and every dashboard: the
+    workload whose queries the fake logs (and a real server explains)."""
     jobs = [job(f"j{i}", created_at=at(i), next_run_at=at(i), partition=i % 3) for i in range(6)]
     for j in jobs:
         await store.create_job(j)
@@ -576,7 +775,22 @@ async def test_every_query_of_every_method_is_served_by_an_index(
     skipped = Execution(**{**_fields(run_of(jobs[5], at(5))), "status": ExecutionStatus.SKIPPED,
                            "state_rank": TERMINAL_RANK})  # fmt: skip
     await store.dispatch([Dispatch(skipped, expected_next_run_at=at(5), next_run_at=at(6))])
+    await store.apply_events([event(ds[1].execution, ExecutionStatus.SUCCEEDED)])
+    await store.prune_executions(
+        [
+            PruneTarget("j0", keep_last=0, finished_before=at(90), keep_id=ds[0].execution.id),
+            PruneTarget("j1", keep_last=0, finished_before=None, keep_id=None),
+            PruneTarget("j2", keep_last=None, finished_before=at(90), keep_id=None),
+        ],
+        limit=10,
+    )
+    await store.partition_jobs(1, after=None, limit=2)
+    await store.partition_jobs(1, after="j1", limit=2)
     await store.delete_job("alice", "j5")
+    await store.due_jobs(set(range(450)), at(10), limit=10)  # three chunks of partitions
+    await store.stale_executions(set(range(450)), at(100), limit=10)
+    await store.dead_letter([dead_letter("s:1:1"), dead_letter("s:1:1"), dead_letter("s:2:1")])
+    await store.dead_letters(limit=5)
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
         runs_by_status_per_hour(T0, at(60), owner="alice"),
@@ -589,15 +803,31 @@ async def test_every_query_of_every_method_is_served_by_an_index(
     ):
         await (await store.database[EXECUTIONS].aggregate(pipeline)).to_list()
 
-    queries = [q for q in fake.queries if q.op != "find_one" or q.filter]
-    assert len(queries) > 40
-    unserved = [q for q in queries if served(q) is None]
-    assert unserved == []
-    used = {served(q) for q in queries}
-    assert {i.name for i in INDEXES} <= used, "an index that no query uses"
-
 
 # --- driver errors -----------------------------------------------------------------------------
+
+
+def bulk_error(*write_errors: dict[str, Any], labels: list[str] | None = None) -> BulkWriteError:
+    details: dict[str, Any] = {
+        "writeErrors": list(write_errors),
+        "writeConcernErrors": [],
+        "nInserted": 0,
+        "nUpserted": 0,
+        "nMatched": 0,
+        "nModified": 0,
+        "nRemoved": 0,
+        "upserted": [],
+    }
+    if labels:
+        details["errorLabels"] = labels
+    return BulkWriteError(details)
+
+
+def labelled(error: OperationFailure, label: str) -> OperationFailure:
+    return OperationFailure(
+        str(error), error.code, {"code": error.code, "errmsg": str(error), "errorLabels": [label]}
+    )
+
 
 DRIVER_ERRORS: list[PyMongoError] = [
     AutoReconnect("connection reset by peer"),
@@ -618,19 +848,28 @@ DRIVER_ERRORS: list[PyMongoError] = [
             "upserted": [],
         }
     ),
-    BulkWriteError(
-        {
-            "writeErrors": [{"index": 0, "code": 2, "errmsg": "bad value"}],
-            "writeConcernErrors": [],
-            "nInserted": 0,
-            "nUpserted": 0,
-            "nMatched": 0,
-            "nModified": 0,
-            "nRemoved": 0,
-            "upserted": [],
-        }
-    ),
+    bulk_error({"index": 0, "code": 11602, "errmsg": "InterruptedDueToReplStateChange"}),
+    bulk_error({"index": 0, "code": 2, "errmsg": "bad value"}, labels=["RetryableWriteError"]),
+    OperationFailure("not authorized on jobsched to execute command", 13),  # the store, not a write
+    OperationFailure("an error this version does not know", 999_999),
+    labelled(OperationFailure("Write conflict", 112), "TransientTransactionError"),
+    labelled(OperationFailure("bad value, but retryable", 2), "RetryableWriteError"),
 ]
+
+PERMANENT_ERRORS: list[Exception] = [
+    OperationFailure("Document failed validation", 121),
+    OperationFailure("BSONObj size: 17000000 is invalid", 10334),
+    OperationFailure("Document exceeds maximum nesting depth of 100", 15),
+    bulk_error({"index": 0, "code": 2, "errmsg": "bad value"}),
+    bulk_error(
+        {"index": 0, "code": 11000, "errmsg": "E11000 duplicate key error"},
+        {"index": 1, "code": 17419, "errmsg": "Resulting document after update is larger"},
+    ),
+    InvalidDocument("Key names must not contain the NULL byte"),
+    DocumentTooLarge("BSON document too large (17000000 bytes)"),
+    OverflowError("MongoDB can only handle up to 8-byte ints"),
+]
+"""Errors about the write itself: the same write can never succeed."""
 
 StoreCall = Callable[[MongoStore], Awaitable[object]]
 J = job("err-job")
@@ -660,9 +899,16 @@ BULK_OPS = {"create_job": "insert_one", "dispatch": "insert_many", "apply_events
 
 
 ERROR_CASES = [
-    pytest.param(call, error, id=f"{call}-{type(error).__name__}")
+    pytest.param(call, error, id=f"{call}-{type(error).__name__}-{i}")
     for call in CALLS
-    for error in DRIVER_ERRORS
+    for i, error in enumerate(DRIVER_ERRORS)
+    if not isinstance(error, BulkWriteError) or call in BULK_OPS
+]
+WRITES = ("create_job", "dispatch", "apply_events", "update_job", "insert_execution")
+PERMANENT_CASES = [
+    pytest.param(call, error, id=f"{call}-{type(error).__name__}-{i}")
+    for call in WRITES
+    for i, error in enumerate(PERMANENT_ERRORS)
     if not isinstance(error, BulkWriteError) or call in BULK_OPS
 ]
 
@@ -677,6 +923,18 @@ async def test_driver_errors_become_store_unavailable(
         await CALLS[call](store)
     assert not isinstance(info.value, PyMongoError)
     assert isinstance(info.value.__cause__, PyMongoError)
+
+
+@pytest.mark.parametrize(("call", "error"), PERMANENT_CASES)
+async def test_errors_about_the_write_itself_become_store_rejected(
+    store: MongoStore, fake: FakeAsyncMongoClient, call: str, error: Exception
+) -> None:
+    """A permanent error is not "unavailable": retrying it forever would block the recorder."""
+    await store.create_job(J)
+    fake.fail(error, op=BULK_OPS[call] if isinstance(error, BulkWriteError) else None)
+    with pytest.raises(StoreRejected) as info:
+        await CALLS[call](store)
+    assert info.value.__cause__ is error
 
 
 async def _calls_of(call: Callable[[MongoStore], Awaitable[object]]) -> int:
@@ -1065,6 +1323,38 @@ async def test_concurrent_upsert_race_is_retried_not_dropped(
     assert (await store.get_job("alice", j.id)).status == JobStatus.SUCCEEDED
 
 
+async def test_an_attempt_history_that_keeps_changing_is_unavailable_then_retried(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another recorder changes the run's ``attempts`` before each of this one's
+    compare-and-sets: after three tries the batch fails as unavailable (the recorder retries
+    it); the retry, undisturbed, merges both recorders' attempts."""
+    j = job()
+    await store.create_job(j)
+    d = dispatch_of(j, T0, T0, at(1))
+    await store.dispatch([d])
+    collection = cast("FakeAsyncCollection", store.database[EXECUTIONS])
+    original = collection._apply
+    other = {"attempt": 7, "startedAt": T0, "workerId": "w7", "finishedAt": None,
+             "outcome": None, "error": None, "redelivered": True}  # fmt: skip
+
+    def competing(index: int, op: Any, details: dict[str, Any]) -> None:
+        if isinstance(op, UpdateOne) and "attempts" in op._filter:
+            collection._c.update_one({ID: d.execution.id}, {"$push": {"attempts": dict(other)}})
+        original(index, op, details)
+
+    monkeypatch.setattr(collection, "_apply", competing)
+    running = event(d.execution, ExecutionStatus.RUNNING, 1)
+    with pytest.raises(StoreUnavailable, match="attempt history"):
+        await store.apply_events([running])
+    monkeypatch.setattr(collection, "_apply", original)
+
+    await store.apply_events([running])
+
+    stored = await store.get_execution(d.execution.id)
+    assert stored is not None and [a.attempt for a in stored.attempts] == [1, 7]
+
+
 async def test_first_published_and_started_times_are_kept(store: MongoStore) -> None:
     j = job()
     await store.create_job(j)
@@ -1338,3 +1628,85 @@ def _diff(a: Any, b: Any) -> Any:
         return [_diff(x, y) for x, y in zip(a, b, strict=False)] + [len(a), len(b)]
     fields = getattr(a, "__struct_fields__", ())
     return {f: (getattr(a, f), getattr(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
+
+
+def plan_stages(plan: Mapping[str, Any]) -> list[str]:
+    """Every stage of a winning plan (classic or slot-based explain output), root first."""
+    node = plan.get("queryPlan", plan)
+    stages = [node.get("stage", "?")]
+    for child in [node.get("inputStage"), *node.get("inputStages", [])]:
+        if child:
+            stages += plan_stages(child)
+    return stages
+
+
+@needs_server
+async def test_real_server_plans_every_logged_query_on_an_index_without_sorting() -> None:
+    """The fake logs the shape of every query the store sends (filter and sort, the due and
+    stale queries with 450 partitions); the real planner must answer each from an index, in
+    index order: no ``COLLSCAN``, no blocking in-memory ``SORT`` (``SORT_MERGE`` of exploded
+    scans is fine)."""
+    fake = FakeAsyncMongoClient()
+    on_fake = MongoStore(
+        "mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake)
+    )
+    await on_fake.open()
+    await run_every_query(on_fake)
+    shapes = logged_query_shapes(fake)
+    real = await real_mongo_store()
+    assert real is not None
+    try:
+        await run_every_query(real)  # data, so the planner has candidates to rank
+        bad = []
+        for q in shapes:
+            command: dict[str, Any] = {"find": q.collection, "filter": dict(q.filter)}
+            if q.sort:
+                command["sort"] = dict(q.sort)
+            explained = await real.database.command(
+                {"explain": command, "verbosity": "queryPlanner"}
+            )
+            stages = plan_stages(explained["queryPlanner"]["winningPlan"])
+            if "COLLSCAN" in stages or "SORT" in stages:
+                bad.append((q, stages))
+        assert bad == []
+    finally:
+        await real.close()
+
+
+@needs_server
+async def test_real_server_an_index_changed_under_its_name_stops_the_start_naming_it() -> None:
+    s = await real_mongo_store()
+    assert s is not None
+    try:
+        await s.database[JOBS].drop_index("jobs_due")
+        await s.database[JOBS].create_index(
+            [("partition", 1), ("nextRunAt", 1)],
+            name="jobs_due",
+            partialFilterExpression={"nextRunAt": {"$exists": True}},
+        )
+        again = MongoStore(s.url, client=_client_of(s))
+        with pytest.raises(ConfigError) as info:
+            await again.open()
+        assert (
+            "jobs.jobs_due" in info.value.message and "IndexOptionsConflict" in info.value.message
+        )
+    finally:
+        await s.close()
+
+
+@needs_server
+async def test_real_server_refuses_the_partial_filters_the_fake_refuses() -> None:
+    s = await real_mongo_store()
+    assert s is not None
+    try:
+        for partial in REFUSED_PARTIAL_FILTERS:
+            model = IndexModel([("x", 1)], name="probe", partialFilterExpression=partial)
+            with pytest.raises(OperationFailure) as info:
+                await s.database[JOBS].create_indexes([model])
+            assert info.value.code in (67, 2, 224), partial
+        for partial in ACCEPTED_PARTIAL_FILTERS:
+            model = IndexModel([("x", 1)], name="probe", partialFilterExpression=partial)
+            await s.database[JOBS].create_indexes([model])
+            await s.database[JOBS].drop_index("probe")
+    finally:
+        await s.close()
