@@ -7,10 +7,12 @@ decoding the event). Handing over never waits: a connection whose buffer is full
 live events and catches up from the stream instead (:mod:`gateway.ws`).
 
 Replays — connections resuming from a ``lastEventId`` or catching up — read the stream through
-:attr:`LiveStatus.reader`, each read holding one of ``replay_concurrency`` slots: the process
+:meth:`LiveStatus.replay`, each read holding one of ``replay_concurrency`` slots: the process
 never has more than ``replay_concurrency`` replay reads (each at most
 :data:`REPLAY_BATCH_EVENTS` events and :data:`REPLAY_MAX_BYTES` bytes) in flight, however many
-clients replay; the others wait for a slot.
+clients replay; and they read at most ``replay_events_per_s`` events per second together (a
+token bucket), which bounds the CPU replays take from the other roles of the process. A read
+over either limit waits for its turn; none is refused.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class LiveStatus:
     Args:
         bus: the gateway's live-status connection; None runs the gateway without live status.
         replay_concurrency: replay reads in flight at once in this process.
+        replay_events_per_s: events per second replays read, all together; 0 for no limit.
         metrics: where the WebSocket gauges and counters live; default: a registry of its own.
     """
 
