@@ -72,6 +72,8 @@ DURATION_BUCKETS = (
 SKIP_REASONS = ("misfire", "overlap", "orphan")
 """Values of the ``reason`` label of ``jobsched_skipped_runs_total`` (``other`` for the rest)."""
 
+LEASE_LOSS_REASONS = ("fenced", "taken")
+"""Values of the ``reason`` label of ``jobsched_lease_losses_total``."""
 DEAD_LETTER_REASONS = ("undecodable", "rejected")
 """Values of the ``reason`` label of ``jobsched_dead_letters_total``."""
 
@@ -107,6 +109,13 @@ class Metrics:
         redeliveries: counter of deliveries with a delivery count above 1, by ``queue`` (worker).
         queue_depth: gauge of runs waiting or running, by ``queue`` (:class:`QueueDepthMonitor`).
         events_recorded / store_write_failures: counters of the recorder.
+        lease_losses: counter of partition leases fenced or lost, by ``reason`` (scheduler).
+        nats_disconnects: counter of unexpected losses of a NATS connection, by ``connection``
+            (every process; see :meth:`nats_disconnected`).
+        ws_connections / ws_catching_up / ws_slow_consumers: WebSocket connections open, those
+            reading from the status stream, and those closed as slow consumers (gateway).
+        ws_replayed_events: counter of events WebSocket subscriptions read from the stream
+            (gateway).
         pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
             it (the pruner).
         dead_letters: counter of status events the recorder set aside, by ``reason``.
@@ -203,6 +212,45 @@ class Metrics:
             "Failed attempts of the recorder to write a batch of status events to the store.",
             registry=registry,
         )
+        self.lease_losses = Counter(
+            "jobsched_lease_losses_total",
+            "Partition leases this scheduler stopped dispatching: not renewed in time (fenced, "
+            "until a renewal succeeds) or found gone or another scheduler's at renewal (taken).",
+            ["reason"],
+            registry=registry,
+        )
+        self.nats_disconnects = Counter(
+            "jobsched_nats_disconnects_total",
+            "Unexpected losses of a NATS connection of this process (network, server restart, "
+            "cut by the server as a slow consumer), by connection.",
+            ["connection"],
+            registry=registry,
+        )
+        self.ws_connections = Gauge(
+            "jobsched_ws_connections",
+            "WebSocket connections (GET /ws) open on this gateway (count).",
+            registry=registry,
+        )
+        self.ws_catching_up = Gauge(
+            "jobsched_ws_catching_up",
+            "WebSocket subscriptions reading from the status stream, resuming from a "
+            "lastEventId or fallen behind the live feed (count).",
+            registry=registry,
+        )
+        self.ws_replayed_events = Counter(
+            "jobsched_ws_replayed_events_total",
+            "Events read from the status stream for WebSocket subscriptions that resume from a "
+            "lastEventId or fell behind (replay reads, all clients of this gateway).",
+            registry=registry,
+        )
+        self.ws_slow_consumers = Counter(
+            "jobsched_ws_slow_consumer_closes_total",
+            "WebSocket connections closed with 4008: their client took no event for "
+            "JOBSCHED_WS_STALL_SECONDS while events waited for it.",
+            registry=registry,
+        )
+        for reason in LEASE_LOSS_REASONS:
+            self.lease_losses.labels(reason=reason)
         self.pruned_runs = Counter(
             "jobsched_pruned_runs_total",
             "Finished runs (executions) deleted by the retention rules (history limit, maximum "
@@ -241,6 +289,11 @@ class Metrics:
                 cancelled=self.runs.labels(task=task_id, status="cancelled"),
             )
         return bound
+
+    def nats_disconnected(self, connection: str) -> Callable[[], None]:
+        """The callback that counts losses of the NATS connection ``connection`` (a bounded set
+        of names: one per role), created at zero; pass it as ``Bus(on_disconnect=...)``."""
+        return self.nats_disconnects.labels(connection=connection).inc
 
     def skipped(self, reason: str, count: int = 1) -> None:
         """Count ``count`` skipped occurrences; ``reason`` is a run's ``skipReason`` text, whose

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from actors.metrics import Metrics
 from bus.leases import LeaseBucket, LeaseLost
 from bus.nats import raise_if_cancelling
 from core.errors import BusUnavailable
@@ -102,6 +103,8 @@ class LeaseOwnership:
         partitions: number of partitions (N).
         ttl_s: lease TTL (seconds); renewals every ``ttl_s / 3``.
         round_s: how often free partitions are looked for (seconds).
+        metrics: where fenced and lost leases are counted (``jobsched_lease_losses_total``);
+            default: a registry of its own.
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class LeaseOwnership:
         *,
         ttl_s: float,
         round_s: float = 1.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.bucket = bucket
         self.member = member
@@ -123,6 +127,7 @@ class LeaseOwnership:
         self.members = 1
         self.fenced_total = 0
         """Leases fenced so far because a renewal did not succeed in time (see module doc)."""
+        self.metrics = metrics or Metrics()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -205,6 +210,7 @@ class LeaseOwnership:
                     revision = await self.bucket.renew(p, self.member, lease.revision)
                 except LeaseLost:
                     self._leases.pop(p, None)
+                    self.metrics.lease_losses.labels(reason="taken").inc()
                     if not lease.fenced:
                         lost.add(p)
                     continue
@@ -239,6 +245,7 @@ class LeaseOwnership:
                 len(expired),
             )
             self.fenced_total += len(expired)
+            self.metrics.lease_losses.labels(reason="fenced").inc(len(expired))
             on_lost(expired)
 
     async def _release_all(self, on_lost: Callable[[frozenset[int]], None]) -> None:

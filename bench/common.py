@@ -295,6 +295,7 @@ class Deployment:
         keep: keep the temp dir (logs, database) after the run.
         warmup: run one immediate noop job end to end before returning (proves every role works).
         seed: called after nats-server started and before jobsched starts (to fill the store).
+        nats_monitor: nats-server also serves its monitoring endpoints (``d.nats.monitor_url``).
     """
 
     def __init__(
@@ -306,6 +307,7 @@ class Deployment:
         warmup: bool = True,
         name: str = "bench",
         seed: Callable[[Deployment], None] | None = None,
+        nats_monitor: bool = False,
     ) -> None:
         self.layout = layout
         self.seed = seed
@@ -317,7 +319,10 @@ class Deployment:
         self.store_path = self.data_dir / "jobsched.db"
         self.secret = secrets.token_hex(32)
         self.nats = NatsServer(
-            find_nats_server(os.environ), self.root / "nats", log_file=self.root / "nats.log"
+            find_nats_server(os.environ),
+            self.root / "nats",
+            log_file=self.root / "nats.log",
+            monitor=nats_monitor,
         )
         self.procs: list[Proc] = []
         self.url = ""

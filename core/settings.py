@@ -84,8 +84,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             unique among live schedulers.
         store_timeout_seconds: how long a store call waits (SQLite lock, MongoDB server
             selection) before failing with "store unavailable".
-        ws_buffer_events / ws_stall_seconds: a WebSocket client that stays this many events
-            behind for this many seconds is disconnected as a slow consumer (close code 4008).
+        ws_buffer_events: events the gateway holds in memory for one WebSocket client; a client
+            that falls further behind catches up from the status stream at its own pace.
+        ws_stall_seconds: a WebSocket client that takes no event for this many seconds while
+            events wait for it is disconnected as a slow consumer (close code 4008).
+        ws_replay_concurrency: replay reads of the status stream a gateway has in flight at once
+            (each at most 128 events and 256 KiB), shared by all its WebSocket clients that
+            resume from a ``lastEventId`` or fell behind; the others wait their turn.
+        ws_replay_events_per_second: events per second a gateway reads from the status stream
+            for all those clients together (a token bucket; 0 = no limit): what bounds the CPU
+            that replays take from the roles sharing the process.
         max_body_bytes: largest accepted HTTP request body.
         drain_timeout_seconds: on SIGTERM, how long in-flight runs may finish before hand-back.
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
@@ -140,6 +148,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     store_timeout_seconds: Positive = 5.0
     ws_buffer_events: PositiveInt = 1000
     ws_stall_seconds: Positive = 5.0
+    ws_replay_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
+    ws_replay_events_per_second: Annotated[float, msgspec.Meta(ge=0)] = 5000.0
     max_body_bytes: PositiveInt = 64 * 1024
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     tasks: str = "jobsched.tasks:builtin_catalog"

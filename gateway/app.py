@@ -7,9 +7,10 @@ and the request id; a client never sees a stack trace or a 500 for bad input.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from actors.health import Check, health_response, healthz, readiness
-from actors.metrics import metrics_handler
+from actors.metrics import Metrics, metrics_handler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus
 from core import schedule as schedules
@@ -46,6 +47,7 @@ from core.ports import JobQuery, JobStore
 from core.quotas import Quotas
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import principal_from_authorization
+from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
 from gateway.service import JobService, ServiceConfig
@@ -72,8 +74,13 @@ class GatewayConfig:
         max_body_bytes: largest accepted request body.
         max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
         misfire_grace_s: a once job up to this many seconds in the past runs at once.
-        ws_buffer / ws_stall_s: a WebSocket client that stays this many events behind for this
-            many seconds is disconnected (slow consumer).
+        ws_buffer: frames held in memory per WebSocket client (``JOBSCHED_WS_BUFFER_EVENTS``).
+        ws_stall_s: a WebSocket client that takes nothing for this many seconds while events wait
+            for it is disconnected (slow consumer, 4008).
+        ws_replay_concurrency: replay reads of the status stream in flight at once, for all
+            WebSocket clients of the process together.
+        ws_replay_events_per_s: events per second replays read, all clients together (0: no
+            limit).
         quotas: the per-user limits (:class:`core.quotas.Quotas`).
     """
 
@@ -84,12 +91,19 @@ class GatewayConfig:
     misfire_grace_s: float = schedules.DEFAULT_MISFIRE_GRACE_S
     ws_buffer: int = 1000
     ws_stall_s: float = 5.0
+    ws_replay_concurrency: int = 4
+    ws_replay_events_per_s: float = 5000.0
     quotas: Quotas = field(default_factory=Quotas)
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayDeps:
-    """What the gateway uses; ``bus`` None runs it without NATS (notices and triggers off)."""
+    """What the gateway uses; ``bus`` None runs it without NATS (notices and triggers off).
+
+    ``bus`` is the gateway's API connection (notices, manual triggers, cancel markers);
+    ``live_bus`` its live-status connection (``GET /ws``: the status feed and replays), kept apart
+    so that WebSocket traffic can never delay or cost the API's (None: no live status).
+    """
 
     store: JobStore
     bus: Bus | None
@@ -98,11 +112,14 @@ class GatewayDeps:
     config: GatewayConfig
     markers: CancelMarkers | None = None
     registry: CollectorRegistry | None = None
+    live_bus: Bus | None = None
+    metrics: Metrics | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)
 SERVICE = web.AppKey("service", JobService)
 PRINCIPAL = web.RequestKey("principal", Principal)
+LIVE = web.AppKey("live", LiveStatus)
 REQUEST_ID = web.RequestKey("request_id", str)
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/ws", "/openapi.json", "/docs", "/metrics"})
 """No bearer token needed: health, the API description, and /ws (which authenticates itself)."""
@@ -144,6 +161,13 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/audit", list_audit)
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
+    app[LIVE] = LiveStatus(
+        deps.live_bus,
+        replay_concurrency=deps.config.ws_replay_concurrency,
+        replay_events_per_s=deps.config.ws_replay_events_per_s,
+        metrics=deps.metrics,
+    )
+    app.cleanup_ctx.append(_live_status_feed)
     app.router.add_get("/ws", live_status)
     app.router.add_get("/openapi.json", openapi_json)
     if deps.registry is not None:
@@ -152,6 +176,19 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app
+
+
+async def _live_status_feed(app: web.Application) -> AsyncIterator[None]:
+    """Run the live-status feed for the life of the app (it starts reading on first use)."""
+    feed = asyncio.create_task(app[LIVE].run(), name="gateway live-status feed")
+    yield
+    feed.cancel()
+    try:
+        await feed
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
 
 
 # --- middlewares -----------------------------------------------------------------------------
@@ -474,7 +511,7 @@ async def live_status(request: web.Request) -> web.StreamResponse:
     deps = request.app[DEPS]
     return await websocket(
         request,
-        bus=deps.bus,
+        live=request.app[LIVE],
         secret=deps.config.auth_secret,
         max_buffer=deps.config.ws_buffer,
         stall_s=deps.config.ws_stall_s,

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -143,6 +144,8 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
         max_attempts_limit=settings.max_deliver,
         ws_buffer=settings.ws_buffer_events,
         ws_stall_s=settings.ws_stall_seconds,
+        ws_replay_concurrency=settings.ws_replay_concurrency,
+        ws_replay_events_per_s=settings.ws_replay_events_per_second,
         quotas=settings.quotas,
     )
 
@@ -157,17 +160,87 @@ async def opened_store(settings: Settings) -> AsyncIterator[JobStore]:
         await store.close()
 
 
+class Connection(StrEnum):
+    """The NATS connections of a process: one per role it runs.
+
+    Each is a client of its own on the server, named ``jobsched-<connection>``, so that no
+    role's traffic can delay another's or get its connection cut (nats-server cuts a connection
+    whose outbound buffer passes ``max_pending`` as a slow consumer, and with it everything that
+    used it), and so that each role can authenticate as itself.
+    """
+
+    GATEWAY = "gateway"
+    """The HTTP and NATS API: job notices, manual runs, job-cancel markers, readiness."""
+    LIVE = "live"
+    """The gateway's ``GET /ws``: the status feed and the replays of its WebSocket clients."""
+    SCHEDULER = "scheduler"
+    """Dispatch, partition leases, run-cancel markers, queue depth."""
+    RECORDER = "recorder"
+    """The status stream's ``recorder`` consumer and finished-run notices."""
+    WORKER = "worker"
+    """The work consumers, status reports, the cancel-marker watch, queue depth."""
+
+
+def connections_of(roles: Roles) -> list[Connection]:
+    """The NATS connections a process of ``roles`` opens, in opening order."""
+    wanted = {
+        Connection.GATEWAY: roles.gateway,
+        Connection.LIVE: roles.gateway,
+        Connection.SCHEDULER: roles.scheduler,
+        Connection.RECORDER: roles.runs_recorder,
+        Connection.WORKER: roles.worker,
+    }
+    return [c for c in Connection if wanted[c]]
+
+
 @asynccontextmanager
 async def connected_bus(
-    settings: Settings, name: str, servers: str | None = None
+    settings: Settings,
+    connection: Connection,
+    servers: str | None = None,
+    metrics: Metrics | None = None,
+    *,
+    ensure_streams: bool = False,
 ) -> AsyncIterator[Bus]:
-    bus = Bus(bus_config(settings, servers), name=name)
+    """The connection ``connection``, open for the block (drained and closed after it); with
+    ``ensure_streams``, the work and status streams are created or updated first.
+
+    Raises:
+        BusUnavailable: NATS did not answer within 10 s.
+    """
+    on_disconnect = metrics.nats_disconnected(connection) if metrics is not None else None
+    bus = Bus(
+        bus_config(settings, servers), name=f"jobsched-{connection}", on_disconnect=on_disconnect
+    )
     await bus.connect()
     try:
-        await bus.ensure_streams()
+        if ensure_streams:
+            await bus.ensure_streams()
         yield bus
     finally:
         await bus.close()
+
+
+async def open_connections(
+    settings: Settings,
+    roles: Roles,
+    stack: AsyncExitStack,
+    stop: asyncio.Event,
+    servers: str | None,
+    metrics: Metrics,
+) -> dict[Connection, Bus] | None:
+    """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it); None if ``stop``
+    was set first. The first one creates or updates the streams."""
+    buses: dict[Connection, Bus] = {}
+    for connection in connections_of(roles):
+        opening = stack.enter_async_context(
+            connected_bus(settings, connection, servers, metrics, ensure_streams=not buses)
+        )
+        bus = await until_stopped(opening, stop)
+        if bus is None:
+            return None
+        buses[connection] = bus
+    return buses
 
 
 @dataclass
@@ -205,25 +278,33 @@ class Gateway:
 def metrics_actors(
     settings: Settings,
     roles: Roles,
-    bus: Bus,
+    buses: dict[Connection, Bus],
     metrics: Metrics,
     *,
     store: JobStore | None = None,
     peers: Sequence[Actor] = (),
 ) -> list[Actor]:
     """The queue-depth monitor of a scheduler or worker process (scheduler processes report
-    their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), and the metrics
-    server of a process without the gateway when ``metrics_port`` is set.
+    their ``JOBSCHED_QUEUES`` too, so the gauge exists while no worker runs), on the scheduler's
+    connection or else the worker's, and the metrics server of a process without the gateway
+    when ``metrics_port`` is set.
 
     The metrics server's ``/readyz`` passes once every actor of ``peers`` (the process's actor
-    list, read at each request) is ready and NATS and, when the process has one, the store
-    answer."""
+    list, read at each request) is ready and every NATS connection of the process and, when the
+    process has one, the store answer."""
     actors: list[Actor] = []
-    if roles.scheduler or roles.worker:
+    bus = buses.get(Connection.SCHEDULER) or buses.get(Connection.WORKER)
+    if bus is not None:
         interval_s = settings.queue_depth_interval_seconds
         actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
     if settings.metrics_port and not roles.gateway:
-        checks: dict[str, Check] = {"startup": started(peers), "nats": bus.ping}
+        connections = tuple(buses.values())
+
+        async def ping_nats() -> None:
+            for connection in connections:
+                await connection.ping()
+
+        checks: dict[str, Check] = {"startup": started(peers), "nats": ping_nats}
         if store is not None:
             checks["store"] = store.ping
         server = MetricsServer(
@@ -315,6 +396,7 @@ def make_scheduler(
         member,
         settings.partitions,
         ttl_s=settings.lease_ttl_seconds,
+        metrics=metrics,
     )
     pruner = Pruner(
         store, bus, clock, retention_config(settings), ownership=ownership, metrics=metrics
@@ -349,6 +431,55 @@ async def until_stopped(starting: Awaitable[T], stop: asyncio.Event) -> T | None
     return None
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What a process's actors are built from: its settings, NATS connections and store."""
+
+    settings: Settings
+    buses: dict[Connection, Bus]
+    store: JobStore | None
+    catalog: TaskCatalog | None
+    clock: Clock
+    metrics: Metrics
+
+    def markers(self, connection: Connection) -> CancelMarkers:
+        return CancelMarkers(self.buses[connection], replicas=self.settings.stream_replicas)
+
+    def scheduler(self) -> list[Actor]:
+        """The scheduler and its pruner (:func:`make_scheduler`)."""
+        assert self.store is not None
+        bus, markers = self.buses[Connection.SCHEDULER], self.markers(Connection.SCHEDULER)
+        return make_scheduler(self.settings, self.store, bus, self.clock, markers, self.metrics)
+
+    def worker(self) -> Worker:
+        assert self.catalog is not None
+        bus, config = self.buses[Connection.WORKER], worker_config(self.settings)
+        markers = self.markers(Connection.WORKER)
+        return Worker(bus, self.catalog, self.clock, config, markers, metrics=self.metrics)
+
+
+def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
+    """The HTTP gateway (API on the gateway connection, ``/ws`` on the live one) and the NATS
+    API service."""
+    assert parts.store is not None and parts.catalog is not None
+    settings, api_bus = parts.settings, parts.buses[Connection.GATEWAY]
+    deps = GatewayDeps(
+        parts.store,
+        api_bus,
+        parts.catalog,
+        parts.clock,
+        gateway_config(settings, secret),
+        parts.markers(Connection.GATEWAY),
+        parts.metrics.registry,
+        live_bus=parts.buses[Connection.LIVE],
+        metrics=parts.metrics,
+    )
+    app = create_app(deps)
+    return Gateway(app, settings.http_host, settings.http_port), NatsApi(
+        api_bus, app[SERVICE], secret
+    )
+
+
 async def serve(
     settings: Settings,
     roles: Roles,
@@ -371,45 +502,30 @@ async def serve(
     catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
     secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
     async with AsyncExitStack() as stack:
-        connecting = stack.enter_async_context(connected_bus(settings, "jobsched", servers))
-        bus = await until_stopped(connecting, stop)
-        if bus is None:
+        buses = await open_connections(settings, roles, stack, stop, servers, metrics)
+        if buses is None:
             return
-        actors: list[Actor] = []
-        gateway: Gateway | None = None
         store: JobStore | None = None
         if roles.gateway or roles.scheduler or roles.runs_recorder:
             store = await until_stopped(stack.enter_async_context(opened_store(settings)), stop)
             if store is None:
                 return
-        markers = CancelMarkers(bus, replicas=settings.stream_replicas)
+        parts = Parts(settings, buses, store, catalog, clock, metrics)
+        gateway: Gateway | None = None
+        actors: list[Actor] = []
         if roles.gateway:
-            assert store is not None and catalog is not None
-            deps = GatewayDeps(
-                store,
-                bus,
-                catalog,
-                clock,
-                gateway_config(settings, secret),
-                markers,
-                metrics.registry,
-            )
-            app = create_app(deps)
-            gateway = Gateway(app, settings.http_host, settings.http_port)
-            actors.append(gateway)
-            actors.append(NatsApi(bus, app[SERVICE], secret))
+            gateway, api = gateway_actors(parts, secret)
+            actors += [gateway, api]
         if roles.scheduler:
-            assert store is not None
-            actors += make_scheduler(settings, store, bus, clock, markers, metrics)
+            actors += parts.scheduler()
         if roles.runs_recorder:
             assert store is not None
             ack_wait_s = settings.recorder_ack_wait_seconds
-            actors.append(Recorder(bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
+            recorder_bus = buses[Connection.RECORDER]
+            actors.append(Recorder(recorder_bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
         if roles.worker:
-            assert catalog is not None
-            config = worker_config(settings)
-            actors.append(Worker(bus, catalog, clock, config, markers, metrics=metrics))
-        actors += metrics_actors(settings, roles, bus, metrics, store=store, peers=actors)
+            actors.append(parts.worker())
+        actors += metrics_actors(settings, roles, buses, metrics, store=store, peers=actors)
         metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 
         async def announce() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -12,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ import msgspec
 import nats
 from nats.aio.msg import Msg
 
+from bus.nats import Bus, BusConfig
 from core.clock import Clock
-from core.model import Event, Execution, ExecutionStatus, Job, JobEvent, StatusEvent
+from core.model import Event, Execution, ExecutionStatus, Job, JobEvent, JobStatus, StatusEvent
 from core.settings import Settings
 from gateway.auth import mint_token
 from jobsched.client import JobschedClient
@@ -242,3 +245,100 @@ def free_port() -> int:
 
 def noop_body(**kw: Any) -> dict[str, Any]:
     return {"taskId": "noop", **kw}
+
+
+async def stalled_ws(url: str, token: str, *, last_event_id: int | None = 0) -> socket.socket:
+    """A WebSocket client of ``GET /ws`` that subscribes to all of its user's jobs from
+    ``last_event_id`` (None: from now) and then never reads: a noisy neighbour. Its receive
+    buffer is 4 KiB, so the gateway's writes back up quickly. The caller closes the socket.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, (host, int(port)))
+        key = base64.b64encode(os.urandom(16)).decode()
+        await loop.sock_sendall(
+            sock,
+            (
+                f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n"
+            ).encode(),
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            byte = await loop.sock_recv(sock, 1)
+            if not byte:
+                raise ConnectionError(f"the gateway closed the upgrade: {head!r}")
+            head += byte
+        if b" 101 " not in head:
+            raise ConnectionError(f"no WebSocket upgrade: {head!r}")
+        message: dict[str, Any] = {"type": "subscribe"}
+        if last_event_id is not None:
+            message["lastEventId"] = last_event_id
+        payload = json.dumps(message).encode()
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        await loop.sock_sendall(sock, bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def ws_close_code(sock: socket.socket) -> tuple[int, int]:
+    """Read the frames of a :func:`stalled_ws` socket until the server's close frame:
+    (text frames read, close code). Raises ConnectionError if it ends without one."""
+    loop = asyncio.get_running_loop()
+    data, texts = b"", 0
+
+    async def need(n: int) -> None:
+        nonlocal data
+        while len(data) < n:
+            chunk = await loop.sock_recv(sock, 65536)
+            if not chunk:
+                raise ConnectionError(f"the connection ended after {texts} frames, no close frame")
+            data += chunk
+
+    while True:
+        await need(2)
+        opcode, length, i = data[0] & 0x0F, data[1] & 0x7F, 2
+        if length == 126:
+            await need(4)
+            length, i = int.from_bytes(data[2:4], "big"), 4
+        elif length == 127:
+            await need(10)
+            length, i = int.from_bytes(data[2:10], "big"), 10
+        await need(i + length)
+        if opcode == 0x8:
+            return texts, int.from_bytes(data[i : i + 2], "big")
+        texts += opcode == 0x1
+        data = data[i + length :]
+
+
+async def seed_events(nats_url: str, prefix: str, owner: str, count: int) -> None:
+    """Publish ``count`` job events of ``owner`` (about 250 bytes each, over 50 job ids) to the
+    status stream of deployment ``prefix``: a busy user's history, for replays to read. The
+    recorder acknowledges job events without storing them."""
+    bus = Bus(BusConfig(servers=[nats_url], prefix=prefix), name="test-seed")
+    await bus.connect()
+    try:
+        at = datetime.now(UTC)
+        for first in range(0, count, 1000):
+            events = [
+                JobEvent(
+                    job_id=f"{i % 50:032x}",
+                    owner=owner,
+                    partition=0,
+                    event="changed",
+                    status=JobStatus.SCHEDULED,
+                    at=at + timedelta(milliseconds=i),
+                )
+                for i in range(first, min(first + 1000, count))
+            ]
+            assert await bus.publish_events(events) == len(events)
+    finally:
+        await bus.close()

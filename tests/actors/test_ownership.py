@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from actors.metrics import Metrics
 from actors.ownership import VALIDITY, LeaseOwnership
 from bus.leases import LeaseBucket, LeaseLost
 from bus.nats import Bus, BusConfig
@@ -18,12 +19,18 @@ from jobsched.natsserver import NatsServer
 
 @asynccontextmanager
 async def member(
-    url: str, prefix: str, name: str, *, ttl_s: float = 2.0, partitions: int = 16
+    url: str,
+    prefix: str,
+    name: str,
+    *,
+    ttl_s: float = 2.0,
+    partitions: int = 16,
+    metrics: Metrics | None = None,
 ) -> AsyncIterator[LeaseOwnership]:
     bus = Bus(BusConfig(servers=[url], prefix=prefix))
     await bus.connect()
     ownership = LeaseOwnership(
-        LeaseBucket(bus, ttl_s=ttl_s), name, partitions, ttl_s=ttl_s, round_s=0.2
+        LeaseBucket(bus, ttl_s=ttl_s), name, partitions, ttl_s=ttl_s, round_s=0.2, metrics=metrics
     )
     task = asyncio.create_task(ownership.run(lambda _p: None, lambda _p: None))
     try:
@@ -63,12 +70,20 @@ async def test_a_member_that_cannot_renew_stops_owning_before_the_lease_expires(
     own_nats: NatsServer, prefix: str
 ) -> None:
     ttl = 2.0
-    async with member(own_nats.url, prefix, "a", ttl_s=ttl) as a:
+    metrics = Metrics()
+
+    def losses(reason: str) -> float | None:
+        return metrics.registry.get_sample_value("jobsched_lease_losses_total", {"reason": reason})
+
+    async with member(own_nats.url, prefix, "a", ttl_s=ttl, metrics=metrics) as a:
         await until(lambda: len(a.owned) == 16, timeout_s=10)
+        assert losses("fenced") == 0
         own_nats.kill()
         killed = time.monotonic()
         await until(lambda: not a.owned, timeout_s=ttl)
         assert time.monotonic() - killed <= VALIDITY * ttl + 0.1
+        await until(lambda: losses("fenced") == 16, timeout_s=30)
+    assert losses("taken") == 0
 
 
 async def test_a_restarted_member_reclaims_its_own_leases_at_once(

@@ -6,8 +6,9 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+from nats.aio.client import Client
 
-from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig
+from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig, NatsClient
 from core.errors import BusUnavailable
 from core.ids import execution_id
 from core.model import RunMessage
@@ -139,6 +140,45 @@ async def test_runs_in_stream_bounds_its_lookups_and_stops_them_all_at_the_first
     # the failure frees one slot before the batch sees it: at most one more lookup starts
     assert started <= RUN_LOOKUP_CONCURRENCY + 1
     assert in_flight == 0  # and those started were cancelled, none left running
+
+
+async def test_an_unexpected_disconnect_is_reported_and_a_close_is_not(
+    own_nats: NatsServer, prefix: str
+) -> None:
+    lost = asyncio.Event()
+    count = 0
+
+    def on_disconnect() -> None:
+        nonlocal count
+        count += 1
+        lost.set()
+
+    bus = Bus(BusConfig(servers=[own_nats.url], prefix=prefix), on_disconnect=on_disconnect)
+    await bus.connect()
+    try:
+        own_nats.restart()
+        async with asyncio.timeout(10):
+            await lost.wait()
+            await bus.connected.wait()
+            await bus.ping()
+    finally:
+        await bus.close()
+    assert count == 1
+
+
+def test_header_parsing_gives_what_nats_py_gives() -> None:
+    """``NatsClient`` parses headers faster than nats-py; the result must be the same."""
+    blocks = [
+        b"Nats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 12\r\nNats-Num-Pending: 0\r\n\r\n",
+        b"Name:Value\r\nTab:\tValue \r\n  Spaced  :  x  \r\nNo colon\r\n:empty name\r\n\r\n",
+        b"Dup: 1\r\nDup: 2\r\nEmpty:\r\n\r\n",
+        "Caf\u00e9: x\r\nValue: caf\u00e9\r\n".encode() + b"Bad: \xff\xfe\r\n",
+        b"",
+        b"\r\n",
+    ]
+    blocks += [b"K%sey: v\r\nok: 1\r\n" % bytes([c]) for c in range(128) if c not in b"\r\n:"]
+    for raw in blocks:
+        assert NatsClient._parse_header_lines(raw) == Client._parse_header_lines(raw), raw
 
 
 async def test_the_recorder_consumer_takes_the_configured_ack_wait(

@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import socket
+import struct
 from collections.abc import AsyncIterator
 
 import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.model import Event, JobEvent, StatusEvent
 from jobsched.client import JobschedClient, WatchClosed
 from tests.conftest import SettingsFactory
-from tests.support import Stack, start_stack, wait_job
+from tests.support import Stack, seed_events, stalled_ws, start_stack, wait_job
 
 
 def label(event: Event) -> str:
@@ -226,3 +230,40 @@ async def test_an_out_of_range_last_event_id_gets_an_error_frame_and_the_socket_
                 assert "lastEventId" in frame["message"]
             await ws.send_str(json.dumps({"type": "subscribe", "lastEventId": 0}))
             assert json.loads((await ws.receive()).data)["type"] == "subscribed"
+
+
+async def gauge(url: str, name: str) -> float:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    return next(
+        (
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == name
+        ),
+        0.0,
+    )
+
+
+async def test_a_client_that_resets_its_connection_mid_replay_ends_quietly(
+    make_settings: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client gone while its writer waits for the socket: no 500, no error, nothing left."""
+    settings = make_settings()
+    async with start_stack(settings) as stack:
+        await seed_events(settings.nats_url, settings.subject_prefix, "alice", 2000)
+        sock = await stalled_ws(stack.url, stack.token("alice"))
+        try:
+            async with asyncio.timeout(30):
+                # two reads: more than the socket takes, so the writer waits on it
+                while await gauge(stack.url, "jobsched_ws_replayed_events_total") < 256:
+                    await asyncio.sleep(0.05)
+        finally:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # with a zero linger: a reset
+        async with asyncio.timeout(30):
+            while await gauge(stack.url, "jobsched_ws_connections") > 0:
+                await asyncio.sleep(0.05)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]

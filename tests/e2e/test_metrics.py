@@ -33,7 +33,7 @@ from tests.support import (
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
-ALLOWED_LABELS = {"task", "queue", "status", "reason", "le"}
+ALLOWED_LABELS = {"task", "queue", "status", "reason", "connection", "le"}
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -82,9 +82,10 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.skipped("overlap: previous run x is still RUNNING")
     metrics.queue_depth.labels(queue="default").set(1)
     metrics.redeliveries.labels(queue="default").inc()
+    metrics.nats_disconnected("scheduler")()
 
     families = list(metrics.registry.collect())
-    assert len(families) == 18
+    assert len(families) == 24
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
         assert family.documentation, family.name

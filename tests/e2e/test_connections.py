@@ -1,0 +1,40 @@
+"""Every role of a process has a NATS connection of its own, named after it (issue 11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from jobsched.natsserver import NatsServer
+from jobsched.runtime import Connection, Roles, connections_of
+from tests.conftest import SettingsFactory
+from tests.support import start_stack
+
+
+def test_a_process_opens_one_connection_per_role_it_runs() -> None:
+    assert connections_of(Roles(gateway=True)) == [Connection.GATEWAY, Connection.LIVE]
+    assert connections_of(Roles(scheduler=True)) == [Connection.SCHEDULER, Connection.RECORDER]
+    assert connections_of(Roles(scheduler=True, recorder=False)) == [Connection.SCHEDULER]
+    assert connections_of(Roles(worker=True)) == [Connection.WORKER]
+    assert connections_of(Roles(gateway=True, scheduler=True, worker=True)) == list(Connection)
+
+
+async def test_the_server_sees_each_roles_connection_by_name(
+    make_settings: SettingsFactory, nats_binary: str, tmp_path: Path
+) -> None:
+    server = NatsServer(
+        nats_binary, tmp_path / "nats", log_file=tmp_path / "nats.log", monitor=True
+    )
+    server.start()
+    try:
+        async with (
+            start_stack(make_settings(nats_url=server.url)),
+            aiohttp.ClientSession() as http,
+            http.get(server.monitor_url + "/connz") as r,
+        ):
+            connz = await r.json()
+    finally:
+        server.stop()
+    names = sorted(c.get("name", "") for c in connz["connections"])
+    assert names == sorted(f"jobsched-{c}" for c in Connection)
