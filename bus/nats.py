@@ -35,7 +35,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import nats
@@ -58,6 +58,9 @@ from nats.js.api import (
 from core.errors import BusUnavailable
 from core.ids import owner_key
 from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
+
+if TYPE_CHECKING:
+    from bus.auth import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,8 @@ class BusConfig:
         duplicate_window_s: de-duplication window of the work stream (seconds).
         status_retention_s: max age of status events (seconds).
         replicas: stream replicas (1 for a single server, 3 in a cluster).
+        credentials: the NATS user of this connection (:mod:`bus.auth`); None: anonymous.
+            Its replies arrive on its own inbox prefix ``_INBOX_<user>``.
     """
 
     servers: list[str]
@@ -102,6 +107,7 @@ class BusConfig:
     duplicate_window_s: float = 120.0
     status_retention_s: float = 86400.0
     replicas: int = 1
+    credentials: Credentials | None = None
 
     @property
     def work_stream(self) -> str:
@@ -483,7 +489,13 @@ class Bus:
     ) -> Client:
         """Connect, trying the servers up to ``attempts`` times (nats-py's own retry loop)."""
         nc = NatsClient()
+        creds = self.config.credentials
+        auth: dict[str, Any] = {}
+        if creds is not None:
+            auth = {"user": creds.user, "password": creds.password}
+            auth["inbox_prefix"] = creds.inbox_prefix
         await nc.connect(
+            **auth,
             servers=self.config.servers,
             name=self.name,
             max_reconnect_attempts=attempts,

@@ -99,6 +99,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
         worker_id: name of this worker in execution records; empty = ``<hostname>-<pid>``.
         log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
+        nats_credentials_file: ``JOBSCHED_NATS_CREDENTIALS_FILE``; the NATS user of this
+            process: a JSON file ``{"user": ..., "password": ...}`` (mode 0600, e.g. a
+            container secret); its permissions are its role's (README "Security model"). Empty:
+            connect without authentication (refused by a server that requires it).
         nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
@@ -156,6 +160,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_id: str = ""
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
+    nats_credentials_file: str = ""
     nats_sync_interval: SyncInterval = "1s"
     quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0

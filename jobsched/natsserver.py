@@ -155,6 +155,8 @@ class NatsServer:
             on a free port of 127.0.0.1, at :attr:`monitor_url` once started.
         name: the server's name (unique in a cluster); default ``jobsched-<pid>``.
         extra_args: more command-line arguments (e.g. ``--cluster``/``--routes`` of a node).
+        authorization: config text appended to the generated config, e.g. the users of
+            :func:`bus.auth.generate_users`; None: no authentication (any client may connect).
     """
 
     def __init__(
@@ -168,6 +170,7 @@ class NatsServer:
         monitor: bool = False,
         name: str | None = None,
         extra_args: Sequence[str] = (),
+        authorization: str | None = None,
     ) -> None:
         self.binary = binary
         self.store_dir = Path(store_dir).resolve()
@@ -178,6 +181,7 @@ class NatsServer:
         self.monitor_url = ""
         self.name = name or f"jobsched-{os.getpid()}"
         self.extra_args = tuple(extra_args)
+        self.authorization = authorization
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -198,12 +202,15 @@ class NatsServer:
         _stop_orphan(pid_file, config)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        config.write_text(
-            "jetstream {\n"
-            f"  store_dir: {json.dumps(str(self.store_dir))}\n"
-            f"  sync_interval: {self.sync_interval}\n"
-            "}\n"
-        )
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds passwords
+        with os.fdopen(fd, "w") as f:
+            f.write(
+                "jetstream {\n"
+                f"  store_dir: {json.dumps(str(self.store_dir))}\n"
+                f"  sync_interval: {self.sync_interval}\n"
+                "}\n" + (self.authorization or "")
+            )
+        config.chmod(0o600)
         cmd = [
             self.binary,
             "-c", str(config),

@@ -28,6 +28,7 @@ from actors.recorder import Recorder
 from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
+from bus.auth import read_credentials
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
@@ -107,6 +108,11 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
         duplicate_window_s=settings.duplicate_window_seconds,
         status_retention_s=settings.status_retention_seconds,
         replicas=settings.stream_replicas,
+        credentials=(
+            read_credentials(settings.nats_credentials_file)
+            if settings.nats_credentials_file
+            else None
+        ),
     )
 
 

@@ -1,0 +1,247 @@
+"""Who may do what on the bus: one NATS user per role, with least-privilege permissions.
+
+Every permission list is derived here from :class:`bus.nats.BusConfig`'s own subject, stream,
+consumer and bucket names, so a renamed subject changes its permission too. The server side is
+nats-server's static ``authorization { users: [...] }`` block (server 2.0+; every feature used
+here: ``allow_responses``, per-stream JetStream API subjects, ``$JS.API.DIRECT.GET``, KV
+subjects ``$KV.<bucket>.>``, is in the oldest supported 2.12):
+
+* ``scheduler``: creates the streams and the lease bucket, publishes runs (the only role that
+  may publish to ``<p>.work.>``), owns the lease bucket, records status (recorder consumer).
+* ``worker``: pulls from its queues' consumers only, acks, publishes status, watches cancel
+  markers. It can neither publish a run nor read the lease bucket nor delete a stream.
+* ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``),
+  publishes notices, events and cancel markers, reads the status stream for live clients.
+* ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
+
+Each user receives replies on its own inbox prefix ``_INBOX_<user>`` (nats-py's
+``inbox_prefix``) and may subscribe to nothing else of the kind, so no user reads another's
+replies: the server enforces it, not a convention.
+
+A credentials file is JSON ``{"user": ..., "password": ...}``, mode 0600; passwords are 32
+random bytes (hex) and never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus.nats import RECORDER_CONSUMER, BusConfig
+from core.errors import ConfigError
+
+ROLES = ("scheduler", "worker", "gateway", "api")
+"""The bus roles (see the module docstring)."""
+
+JS = "$JS.API"
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A NATS user name and password (never printed: ``repr`` hides the password)."""
+
+    user: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(user={self.user!r}, password=<hidden>)"
+
+    @property
+    def inbox_prefix(self) -> str:
+        """The only inbox this user may subscribe to (``_INBOX_<user>``)."""
+        return inbox_prefix(self.user)
+
+
+def inbox_prefix(user: str) -> str:
+    return f"_INBOX_{user}"
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """One user's NATS permissions: subjects it may publish to and subscribe to."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = False
+
+
+def _stream_admin(stream: str) -> list[str]:
+    return [f"{JS}.STREAM.{verb}.{stream}" for verb in ("CREATE", "UPDATE", "INFO")]
+
+
+def _consumer(stream: str, name: str) -> list[str]:
+    """Create (both forms), inspect and pull from the durable consumer ``name`` of ``stream``,
+    and acknowledge its messages."""
+    return [
+        f"{JS}.CONSUMER.CREATE.{stream}.{name}",
+        f"{JS}.CONSUMER.CREATE.{stream}.{name}.>",
+        f"{JS}.CONSUMER.DURABLE.CREATE.{stream}.{name}",
+        f"{JS}.CONSUMER.INFO.{stream}.{name}",
+        f"{JS}.CONSUMER.MSG.NEXT.{stream}.{name}",
+        f"$JS.ACK.{stream}.{name}.>",
+    ]
+
+
+def _ephemeral_readers(stream: str) -> list[str]:
+    """Ordered (ephemeral, push) consumers of ``stream``: a KV watch, a live-status feed."""
+    return [
+        f"{JS}.CONSUMER.CREATE.{stream}",
+        f"{JS}.CONSUMER.CREATE.{stream}.>",
+        f"{JS}.CONSUMER.INFO.{stream}.>",
+        f"{JS}.CONSUMER.DELETE.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def _reads(stream: str) -> list[str]:
+    return [
+        f"{JS}.STREAM.INFO.{stream}",
+        f"{JS}.STREAM.MSG.GET.{stream}",
+        f"{JS}.DIRECT.GET.{stream}",
+        f"{JS}.DIRECT.GET.{stream}.>",
+    ]
+
+
+def _bucket(bucket: str) -> list[str]:
+    """Create, read, write and list a KV bucket (stream ``KV_<bucket>``)."""
+    stream = f"KV_{bucket}"
+    return [
+        *_stream_admin(stream),
+        *_reads(stream),
+        *_ephemeral_readers(stream),
+        f"{JS}.STREAM.NAMES",
+        f"$KV.{bucket}.>",
+    ]
+
+
+def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -> Permissions:
+    """The permissions of ``role`` for the deployment of subject prefix ``prefix``.
+
+    Args:
+        role: one of :data:`ROLES`.
+        user: the user's name (its inbox is ``_INBOX_<user>``).
+        prefix: the subject prefix (``JOBSCHED_SUBJECT_PREFIX``).
+        queues: the work queues a worker consumes (``JOBSCHED_QUEUES``).
+
+    Raises:
+        ConfigError: an unknown role.
+    """
+    c = BusConfig(servers=[], prefix=prefix)
+    work, status = c.work_stream, c.status_stream
+    leases, cancels = f"{prefix}_leases", f"{prefix}_cancel"
+    inbox = f"{inbox_prefix(user)}.>"
+    common = [f"{JS}.INFO", *_stream_admin(work), *_stream_admin(status)]
+    if role == "scheduler":
+        publish = [
+            *common,
+            f"{prefix}.work.>",
+            f"{prefix}.status.>",
+            f"{prefix}.notify.>",
+            f"{prefix}.finished",
+            *_reads(work),
+            f"{JS}.CONSUMER.INFO.{work}.*",
+            *_consumer(status, RECORDER_CONSUMER),
+            f"{JS}.STREAM.INFO.{status}",
+            *_bucket(leases),
+            *_bucket(cancels),
+        ]
+        subscribe = [inbox, f"{prefix}.notify.*", f"{prefix}.finished"]
+        return Permissions(tuple(publish), tuple(subscribe))
+    if role == "worker":
+        publish = [
+            *common,
+            f"{prefix}.status.>",
+            f"{prefix}.finished",
+            *(s for q in queues for s in _consumer(work, c.work_consumer(q))),
+            *_stream_admin(f"KV_{cancels}"),
+            *_ephemeral_readers(f"KV_{cancels}"),
+            f"{JS}.STREAM.NAMES",
+        ]
+        return Permissions(tuple(publish), (inbox,))
+    if role == "gateway":
+        publish = [
+            *common,
+            f"{prefix}.status.>",
+            f"{prefix}.notify.>",
+            *_reads(work),
+            *_reads(status),
+            *_ephemeral_readers(status),
+            f"{JS}.CONSUMER.INFO.{work}.*",
+            *_bucket(cancels),
+            "$SRV.>",
+        ]
+        subscribe = [inbox, f"{prefix}.api.>", "$SRV.>"]
+        return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
+    if role == "api":
+        return Permissions((f"{prefix}.api.>",), (inbox,))
+    raise ConfigError(f"unknown bus role {role!r} (one of {', '.join(ROLES)})")
+
+
+def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str:
+    """nats-server config text: ``authorization { users: [...] }`` for these users. A server
+    with it refuses every connection without one of these user names and passwords."""
+    entries = []
+    for creds, perms in users:
+        permissions: dict[str, object] = {
+            "publish": {"allow": list(perms.publish)},
+            "subscribe": {"allow": list(perms.subscribe)},
+        }
+        if perms.allow_responses:
+            permissions["allow_responses"] = True
+        entry = {"user": creds.user, "password": creds.password, "permissions": permissions}
+        entries.append("    " + json.dumps(entry))
+    return "authorization {\n  users: [\n" + ",\n".join(entries) + "\n  ]\n}\n"
+
+
+def write_credentials(path: Path, creds: Credentials) -> None:
+    """Write ``creds`` to ``path`` as JSON, created 0600 (never readable by others, not even
+    for an instant)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"user": creds.user, "password": creds.password}, f)
+    path.chmod(0o600)
+
+
+def read_credentials(path: str | Path) -> Credentials:
+    """The credentials in a file written by :func:`write_credentials`.
+
+    Raises:
+        ConfigError: the file cannot be read or is not such JSON (the message names the file,
+            never its content).
+    """
+    try:
+        raw = json.loads(Path(path).read_text())
+        return Credentials(user=str(raw["user"]), password=str(raw["password"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f"NATS credentials file {path} is not readable JSON with user and password: "
+            f"{type(e).__name__}"
+        ) from None
+
+
+def generate_users(
+    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
+) -> tuple[dict[str, Path], str]:
+    """Credentials for each role, kept in ``directory/nats-<role>.json`` (0600; created once with
+    a random password, reused afterwards), and the server's ``authorization`` block for them.
+
+    Returns:
+        (credentials file of each role, the config text).
+    """
+    files: dict[str, Path] = {}
+    users = []
+    for role in roles:
+        path = directory / f"nats-{role}.json"
+        if path.exists():
+            creds = read_credentials(path)
+        else:
+            creds = Credentials(user=f"{prefix}-{role}", password=secrets.token_hex(32))
+            write_credentials(path, creds)
+        files[role] = path
+        users.append((creds, role_permissions(role, creds.user, prefix, queues)))
+    return files, authorization_block(users)
