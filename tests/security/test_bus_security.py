@@ -192,9 +192,13 @@ async def test_a_client_without_credentials_is_refused(
     async def on_error(e: Exception) -> None:
         errors.append(e)
 
-    with pytest.raises(nats.errors.Error) as refusal:
-        async with asyncio.timeout(10):
-            await nats.connect(server.url, error_cb=on_error, allow_reconnect=False)
+    nc = Client()
+    try:
+        with pytest.raises(nats.errors.Error) as refusal:
+            async with asyncio.timeout(10):
+                await nc.connect(server.url, error_cb=on_error, allow_reconnect=False)
+    finally:
+        await nc.close()  # nats-py leaves the refused socket open otherwise
     assert "authorization violation" in f"{refusal.value} {errors}".lower()
 
 
