@@ -125,8 +125,6 @@ class LeaseOwnership:
         self._leases: dict[int, _Lease] = {}
         self._stop = asyncio.Event()
         self.members = 1
-        self.fenced_total = 0
-        """Leases fenced so far because a renewal did not succeed in time (see module doc)."""
         self.metrics = metrics or Metrics()
 
     @property
@@ -244,7 +242,6 @@ class LeaseOwnership:
                 self.member,
                 len(expired),
             )
-            self.fenced_total += len(expired)
             self.metrics.lease_losses.labels(reason="fenced").inc(len(expired))
             on_lost(expired)
 
