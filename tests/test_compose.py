@@ -167,7 +167,7 @@ def test_every_nats_node_authenticates_with_the_hashes_of_the_secrets_directory(
         for port in service.get("ports", []):
             assert not str(port).endswith(":4222"), f"{node} publishes the client port"
     text = (ROOT / "deploy" / "nats" / "auth.conf").read_text()
-    assert f"password: ${password_variable('worker')}" in text
+    assert f'"password": ${password_variable("worker")}' in text
 
 
 @pytest.mark.parametrize("role", JOBSCHED_ROLES)

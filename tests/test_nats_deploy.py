@@ -101,7 +101,9 @@ def test_the_generator_follows_a_permission_change() -> None:
 
 def test_every_role_is_a_user_with_permissions_and_nobody_is_anonymous() -> None:
     text = AUTH_CONF.read_text()
-    users = re.findall(r'^\s*user: "([^"]+)"\n\s*password: \$(\w+)\n\s*permissions: \{', text, re.M)
+    users = re.findall(
+        r'^ +\{"user": "([^"]+)", "password": \$(\w+), "permissions": \{', text, re.M
+    )
     assert users == [(user_name(PREFIX, r), password_variable(r)) for r in ROLES]
     for conf in NATS_DIR.glob("*.conf"):
         body = conf.read_text()
@@ -115,7 +117,7 @@ def test_the_helm_values_carry_the_same_users_and_every_password_variable() -> N
     values = yaml.safe_load(HELM_VALUES.read_text())
     assert values["configMap"]["merge"]["data"][AUTH_CONF_KEY] == AUTH_CONF.read_text()
     assert values["config"]["merge"] == {"00$include": AUTH_CONF_KEY}
-    referenced = set(re.findall(r"password: \$(\w+)", AUTH_CONF.read_text()))
+    referenced = set(re.findall(r"\"password\": \$(\w+)", AUTH_CONF.read_text()))
     env = values["container"]["env"]
     assert set(env) == referenced
     for name, var in env.items():
