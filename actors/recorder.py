@@ -94,6 +94,8 @@ class Recorder:
         self._stopping.set()
 
     async def run(self) -> None:
+        if not await self.bus.wait_for_streams(self._stopping):
+            return
         consumer = await self.bus.recorder_consumer()
         self.ready.set()
         try:
@@ -104,8 +106,7 @@ class Recorder:
                 except ConsumerMissing as e:
                     log.warning("recorder: %s; re-creating it", e)
                     with contextlib.suppress(BusUnavailable):
-                        await self.bus.ensure_streams()
-                        await self.bus.ensure_recorder_consumer()
+                        await self.bus.ensure_recorder_consumer()  # the stream: a scheduler's
                     continue
                 except BusUnavailable as e:
                     log.warning("recorder: %s", e)

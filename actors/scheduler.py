@@ -666,6 +666,7 @@ class Scheduler:
         self.metrics.redispatched_runs.inc(redispatched)
         if failed:
             log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)
+            self._prepared_changed.set()  # the publisher retries them within 1 s, whoever failed
             await self.bus.ensure_streams_quietly()
 
     async def _redispatch_lost(self, owned: frozenset[int]) -> None:

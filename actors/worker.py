@@ -133,6 +133,8 @@ class Worker:
             BusUnavailable: when the work consumers cannot be created at start.
         """
         consumers: dict[str, PullConsumer] = {}
+        if not await self.bus.wait_for_streams(self._stopping):
+            return
         try:
             for queue in self.config.queues:
                 consumers[queue] = await self.bus.work_consumer(queue)
@@ -164,8 +166,7 @@ class Worker:
 
     async def _recreate(self, queue: str) -> None:
         try:
-            await self.bus.ensure_streams()
-            await self.bus.ensure_work_consumer(queue)
+            await self.bus.ensure_work_consumer(queue)  # the stream is a scheduler's to create
         except BusUnavailable as e:
             log.warning("%s: cannot re-create the consumer of %s yet: %s", self.name, queue, e)
             await self._pause(1.0)

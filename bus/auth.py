@@ -6,12 +6,20 @@ nats-server's static ``authorization { users: [...] }`` block (server 2.0+; ever
 here: ``allow_responses``, per-stream JetStream API subjects, ``$JS.API.DIRECT.GET``, KV
 subjects ``$KV.<bucket>.>``, is in the oldest supported 2.12):
 
-* ``scheduler``: creates the streams and the lease bucket, publishes runs (the only role that
-  may publish to ``<p>.work.>``), owns the lease bucket, records status (recorder consumer).
+One user per NATS connection of a jobsched process (:class:`jobsched.runtime.Connection`),
+so a process holds only the passwords of the roles it runs:
+
+* ``scheduler``: the only role that creates and updates the streams and buckets (work, status,
+  leases, cancel markers); publishes runs and their events, owns the lease bucket, receives job
+  notices and finished-run notices, looks runs up in the work stream.
+* ``recorder``: pulls the status stream's ``recorder`` consumer, publishes finished-run notices.
 * ``worker``: pulls from its queues' consumers only, acks, publishes status, watches cancel
-  markers. It can neither publish a run nor read the lease bucket nor delete a stream.
-* ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``),
-  publishes notices, events and cancel markers, reads the status stream for live clients.
+  markers. It can neither publish a run nor create, update or delete a stream, nor read the
+  lease bucket.
+* ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``;
+  ``$SRV`` discovery of the ``jobsched`` service only), publishes notices, events, manual runs
+  and cancel markers.
+* ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
 
 Each user receives replies on its own inbox prefix ``_INBOX_<user>`` (nats-py's
@@ -34,8 +42,12 @@ from pathlib import Path
 from bus.nats import RECORDER_CONSUMER, BusConfig
 from core.errors import ConfigError
 
-ROLES = ("scheduler", "worker", "gateway", "api")
-"""The bus roles (see the module docstring)."""
+ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api")
+"""The bus roles (see the module docstring): one per NATS connection of a jobsched process
+(:class:`jobsched.runtime.Connection`), plus ``api`` for API clients."""
+
+SERVICE_NAME = "jobsched"
+"""The NATS micro service name the gateway registers (``$SRV.<verb>.jobsched``, ADR-32)."""
 
 JS = "$JS.API"
 
@@ -62,11 +74,14 @@ def inbox_prefix(user: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Permissions:
-    """One user's NATS permissions: subjects it may publish to and subscribe to."""
+    """One user's NATS permissions: subjects it may publish to and subscribe to, and subjects
+    it may not publish to although an allowed wildcard matches them (nats-server applies
+    ``deny`` after ``allow``)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     allow_responses: bool = False
+    publish_deny: tuple[str, ...] = ()
 
 
 def _stream_admin(stream: str) -> list[str]:
@@ -134,48 +149,60 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
     work, status = c.work_stream, c.status_stream
     leases, cancels = f"{prefix}_leases", f"{prefix}_cancel"
     inbox = f"{inbox_prefix(user)}.>"
-    common = [f"{JS}.INFO", *_stream_admin(work), *_stream_admin(status)]
+    looks = [f"{JS}.INFO", f"{JS}.STREAM.INFO.{work}", f"{JS}.STREAM.INFO.{status}"]
+    cancel_reader = [
+        f"{JS}.STREAM.INFO.KV_{cancels}",
+        *_ephemeral_readers(f"KV_{cancels}"),
+    ]
     if role == "scheduler":
         publish = [
-            *common,
+            *looks,
+            *_stream_admin(work),
+            *_stream_admin(status),
             f"{prefix}.work.>",
             f"{prefix}.status.>",
-            f"{prefix}.notify.>",
-            f"{prefix}.finished",
             *_reads(work),
             f"{JS}.CONSUMER.INFO.{work}.*",
-            *_consumer(status, RECORDER_CONSUMER),
-            f"{JS}.STREAM.INFO.{status}",
+            f"{JS}.CONSUMER.INFO.{status}.{RECORDER_CONSUMER}",
             *_bucket(leases),
             *_bucket(cancels),
         ]
         subscribe = [inbox, f"{prefix}.notify.*", f"{prefix}.finished"]
         return Permissions(tuple(publish), tuple(subscribe))
+    if role == "recorder":
+        publish = [*looks, f"{prefix}.finished", *_consumer(status, RECORDER_CONSUMER)]
+        return Permissions(tuple(publish), (inbox,))
     if role == "worker":
         publish = [
-            *common,
+            *looks,
             f"{prefix}.status.>",
-            f"{prefix}.finished",
             *(s for q in queues for s in _consumer(work, c.work_consumer(q))),
-            *_stream_admin(f"KV_{cancels}"),
-            *_ephemeral_readers(f"KV_{cancels}"),
-            f"{JS}.STREAM.NAMES",
+            f"{JS}.CONSUMER.INFO.{work}.*",
+            *cancel_reader,
         ]
         return Permissions(tuple(publish), (inbox,))
     if role == "gateway":
         publish = [
-            *common,
+            *looks,
+            f"{prefix}.work.>",
             f"{prefix}.status.>",
             f"{prefix}.notify.>",
             *_reads(work),
-            *_reads(status),
-            *_ephemeral_readers(status),
             f"{JS}.CONSUMER.INFO.{work}.*",
-            *_bucket(cancels),
-            "$SRV.>",
+            f"{JS}.STREAM.INFO.KV_{cancels}",
+            f"$KV.{cancels}.>",
         ]
-        subscribe = [inbox, f"{prefix}.api.>", "$SRV.>"]
+        service = ["$SRV.*", f"$SRV.*.{SERVICE_NAME}", f"$SRV.*.{SERVICE_NAME}.>"]
+        subscribe = [inbox, f"{prefix}.api.>", *service]
         return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
+    if role == "live":
+        pull = f"{JS}.CONSUMER.MSG.NEXT.{status}.*"  # its own ``live-<id>`` consumers' batches
+        publish = [*looks, *_reads(status), *_ephemeral_readers(status), pull]
+        recorder = [
+            *_consumer(status, RECORDER_CONSUMER),
+            f"{JS}.CONSUMER.DELETE.{status}.{RECORDER_CONSUMER}",
+        ]
+        return Permissions(tuple(publish), (inbox,), publish_deny=tuple(recorder))
     if role == "api":
         return Permissions((f"{prefix}.api.>",), (inbox,))
     raise ConfigError(f"unknown bus role {role!r} (one of {', '.join(ROLES)})")
@@ -186,8 +213,11 @@ def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str
     with it refuses every connection without one of these user names and passwords."""
     entries = []
     for creds, perms in users:
+        publish: dict[str, list[str]] = {"allow": list(perms.publish)}
+        if perms.publish_deny:
+            publish["deny"] = list(perms.publish_deny)
         permissions: dict[str, object] = {
-            "publish": {"allow": list(perms.publish)},
+            "publish": publish,
             "subscribe": {"allow": list(perms.subscribe)},
         }
         if perms.allow_responses:
@@ -199,8 +229,8 @@ def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str
 
 def write_credentials(path: Path, creds: Credentials) -> None:
     """Write ``creds`` to ``path`` as JSON, created 0600 (never readable by others, not even
-    for an instant)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    for an instant), in a directory created 0700."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"user": creds.user, "password": creds.password}, f)
@@ -224,24 +254,36 @@ def read_credentials(path: str | Path) -> Credentials:
         ) from None
 
 
-def generate_users(
-    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
-) -> tuple[dict[str, Path], str]:
-    """Credentials for each role, kept in ``directory/nats-<role>.json`` (0600; created once with
-    a random password, reused afterwards), and the server's ``authorization`` block for them.
+def credentials_file_name(role: str) -> str:
+    """The file of ``role``'s credentials in a credentials directory: ``nats-<role>.json``."""
+    return f"nats-{role}.json"
 
-    Returns:
-        (credentials file of each role, the config text).
-    """
-    files: dict[str, Path] = {}
+
+def role_users(
+    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
+) -> list[tuple[Credentials, Permissions]]:
+    """The user of each role of deployment ``prefix`` with its permissions; the credentials are
+    kept in ``directory/nats-<role>.json`` (0600; created once with a random password, reused
+    afterwards)."""
     users = []
     for role in roles:
-        path = directory / f"nats-{role}.json"
+        path = directory / credentials_file_name(role)
         if path.exists():
             creds = read_credentials(path)
         else:
             creds = Credentials(user=f"{prefix}-{role}", password=secrets.token_hex(32))
             write_credentials(path, creds)
-        files[role] = path
         users.append((creds, role_permissions(role, creds.user, prefix, queues)))
-    return files, authorization_block(users)
+    return users
+
+
+def generate_users(
+    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
+) -> tuple[dict[str, Path], str]:
+    """:func:`role_users` and the server's ``authorization`` block for them.
+
+    Returns:
+        (credentials file of each role, the config text).
+    """
+    files = {role: directory / credentials_file_name(role) for role in roles}
+    return files, authorization_block(role_users(directory, prefix, queues, roles))

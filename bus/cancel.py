@@ -36,8 +36,9 @@ class CancelMarkers:
         replicas: JetStream replicas of the bucket.
     """
 
-    def __init__(self, bus: Bus, *, replicas: int = 1) -> None:
+    def __init__(self, bus: Bus, *, replicas: int = 1, create: bool = False) -> None:
         self.bus = bus
+        self.create = create
         self.replicas = replicas
         self.name = f"{bus.config.prefix}_cancel"
         self._kv: KeyValue | None = None
@@ -46,17 +47,34 @@ class CancelMarkers:
         self.ready = asyncio.Event()
 
     async def open(self) -> KeyValue:
+        """The bucket: bound if it exists; else created when ``create`` (a scheduler's
+        markers: the only role allowed to, :mod:`bus.auth`).
+
+        Raises:
+            BusUnavailable: NATS did not answer, or the bucket does not exist and this is not
+                a scheduler's (one creates it at start-up).
+        """
         if self._kv is None:
-            with translated(f"create cancel bucket {self.name}"):
-                self._kv = await self.bus.js.create_key_value(
-                    KeyValueConfig(
-                        bucket=self.name,
-                        history=1,
-                        ttl=MARKER_TTL_S,
-                        storage=StorageType.FILE,
-                        replicas=self.replicas,
+            with translated(f"open cancel bucket {self.name}"):
+                try:
+                    self._kv = await self.bus.js.key_value(self.name)
+                except nats.js.errors.BucketNotFoundError:
+                    if not self.create:
+                        raise BusUnavailable(
+                            f"cancel bucket {self.name} does not exist yet (a scheduler "
+                            "creates it at start-up)"
+                        ) from None
+            if self._kv is None:
+                with translated(f"create cancel bucket {self.name}"):
+                    self._kv = await self.bus.js.create_key_value(
+                        KeyValueConfig(
+                            bucket=self.name,
+                            history=1,
+                            ttl=MARKER_TTL_S,
+                            storage=StorageType.FILE,
+                            replicas=self.replicas,
+                        )
                     )
-                )
         return self._kv
 
     async def cancel_job(self, job_id: str) -> None:

@@ -584,6 +584,36 @@ class Bus:
         for cfg in (work, status):
             await self._ensure_stream(cfg)
 
+    async def wait_for_streams(self, stop: asyncio.Event, *, interval_s: float = 1.0) -> bool:
+        """Wait until the work and status streams exist (a scheduler creates them: the other
+        roles may not, :mod:`bus.auth`), looking every ``interval_s`` seconds, having logged
+        once what is missing. Returns True once they do, False if ``stop`` was set first.
+
+        Raises:
+            BusUnavailable: NATS did not answer a lookup.
+        """
+        c = self.config
+        warned = False
+        while not stop.is_set():
+            missing = []
+            for stream in (c.work_stream, c.status_stream):
+                with translated(f"look up stream {stream}"):
+                    try:
+                        await self.js.stream_info(stream)
+                    except nats.js.errors.NotFoundError:
+                        missing.append(stream)
+            if not missing:
+                return True
+            if not warned:
+                log.warning(
+                    "waiting for the streams %s: a scheduler creates them (`jobsched scheduler`)",
+                    ", ".join(missing),
+                )
+                warned = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+        return False
+
     async def _ensure_stream(self, cfg: StreamConfig) -> None:
         with translated(f"create stream {cfg.name}"):
             try:

@@ -101,8 +101,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
         nats_credentials_file: ``JOBSCHED_NATS_CREDENTIALS_FILE``; the NATS user of this
             process: a JSON file ``{"user": ..., "password": ...}`` (mode 0600, e.g. a
-            container secret); its permissions are its role's (README "Security model"). Empty:
-            connect without authentication (refused by a server that requires it).
+            container secret), used by every NATS connection of the process.
+        nats_credentials_dir: ``JOBSCHED_NATS_CREDENTIALS_DIR``; instead of one file, a
+            directory holding one such file per NATS connection, ``nats-<connection>.json``
+            (``scheduler``, ``recorder``, ``worker``, ``gateway``, ``live``; as
+            :func:`bus.auth.generate_users` writes them): each connection authenticates as its
+            own role, with that role's permissions only (README "Security model"). A process
+            needs only the files of the connections it opens. Neither set: connect without
+            authentication (refused by a server that requires it); both: a ConfigError.
         nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
@@ -161,6 +167,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
     nats_credentials_file: str = ""
+    nats_credentials_dir: str = ""
     nats_sync_interval: SyncInterval = "1s"
     quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0

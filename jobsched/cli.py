@@ -24,6 +24,7 @@ import click
 import msgspec
 
 from bus import natsconf
+from bus.auth import authorization_block, credentials_file_name, role_users
 from core.access import SCOPES, Role, parse_scope
 from core.errors import ConfigError, JobschedError
 from core.model import Event, JobEvent
@@ -31,13 +32,15 @@ from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
 from jobsched.client import ApiError, JobschedClient, WatchClosed
-from jobsched.datadir import DataDirInUse, DataDirLock
+from jobsched.datadir import DataDirInUse, DataDirLock, write_private
 from jobsched.logs import configure_logging
 from jobsched.natsserver import NatsServer, find_nats_server
 from jobsched.runtime import Roles, auth_secret, serve
 
 T = TypeVar("T")
 DEV_FILE = "dev.json"
+DEV_CREDENTIALS = "nats-creds"
+"""Where ``jobsched dev`` keeps its NATS users' credentials (in the data dir; 0700, files 0600)."""
 
 
 def _settings(**overrides: object) -> Settings:
@@ -140,12 +143,22 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
 
 
 def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: bool) -> None:
-    """``jobsched dev`` once it holds the data directory's lock."""
+    """``jobsched dev`` once it holds the data directory's lock.
+
+    Its nats-server requires authentication: one user per role (:mod:`bus.auth`), whose
+    credentials are generated once into ``<data>/nats-creds`` and used by every connection of
+    this process; API clients connect as the ``api`` user (``nats-api.json``)."""
+    creds = data / DEV_CREDENTIALS
+    users = role_users(creds, settings.subject_prefix, settings.queue_names)
+    settings = msgspec.structs.replace(
+        settings, nats_credentials_dir=str(creds), nats_credentials_file=""
+    )
     server = NatsServer(
         binary,
         data / "nats",
         log_file=data / "nats-server.log",
         sync_interval=settings.nats_sync_interval,
+        authorization=authorization_block(users),
     )
     (data / DEV_FILE).unlink(missing_ok=True)
     url = server.start()
@@ -157,10 +170,16 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
             info = await started
             secret = auth_secret(settings, create_in=data)
             token = mint_token(secret, "dev", ttl=timedelta(days=30))
-            dev_info = {"url": info["url"], "token": token, "nats": url}
-            (data / DEV_FILE).write_text(json.dumps(dev_info))
+            api_creds = str(creds / credentials_file_name("api"))
+            dev_info = {
+                "url": info["url"],
+                "token": token,
+                "nats": url,
+                "natsCredentials": api_creds,
+            }
+            write_private(data / DEV_FILE, json.dumps(dev_info))
             lock.record(url=info["url"])
-            click.echo(_ready_banner(info["url"], token, data, url))
+            click.echo(_ready_banner(info["url"], data, url, api_creds))
             if demo:
                 await submit_demo_jobs(info["url"], token)
 
@@ -182,16 +201,18 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
         (data / DEV_FILE).unlink(missing_ok=True)
 
 
-def _ready_banner(url: str, token: str, data: Path, nats_url: str) -> str:
+def _ready_banner(url: str, data: Path, nats_url: str, nats_creds: str) -> str:
+    """What ``jobsched dev`` prints once ready: where everything is, never a secret (the
+    token is in ``dev.json``, 0600; ``jobsched dev-env`` reads it)."""
     return f"""
 jobsched dev is ready
   API       {url}
-  NATS      {nats_url}
+  NATS      {nats_url}  (authenticated: API clients use {nats_creds})
   data dir  {data}
-  token     {token}
+  token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)
 
 Try, in another terminal in this directory:
-  eval "$(jobsched dev-env)"      # sets URL, TOKEN and NATS_URL
+  eval "$(jobsched dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_CREDENTIALS
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"taskId": "noop"}}' $URL/jobs
   jobsched submit generate_report --param reportType=sales --param region=eu-west
@@ -243,7 +264,8 @@ def _service(roles: Roles) -> None:
 
 @main.command(name="dev-env")
 def dev_env() -> None:
-    """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL.
+    """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL, NATS_CREDENTIALS
+    (the API clients' NATS user, a JSON file of user and password).
 
     Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs (or with
     JOBSCHED_DATA_DIR pointing at its data directory).
@@ -255,7 +277,12 @@ def dev_env() -> None:
         raise click.ClickException(
             f"{dev_file} not found: start `jobsched dev` in this directory first"
         ) from None
-    names = {"URL": "url", "TOKEN": "token", "NATS_URL": "nats"}
+    names = {
+        "URL": "url",
+        "TOKEN": "token",
+        "NATS_URL": "nats",
+        "NATS_CREDENTIALS": "natsCredentials",
+    }
     click.echo(
         "export "
         + " ".join(f"{var}={shlex.quote(info[key])}" for var, key in names.items() if key in info)

@@ -20,6 +20,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NatsConnection
 
+from bus.auth import Credentials
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -370,6 +371,8 @@ class NatsJobschedClient:
         token: bearer token (``jobsched token --user NAME``).
         prefix: the deployment's subject prefix (``JOBSCHED_SUBJECT_PREFIX``).
         timeout_s: per-request timeout (seconds).
+        credentials: the NATS user of API clients (``nats-api.json``, :mod:`bus.auth`):
+            requests to the API subjects and replies on its own inbox only.
     """
 
     def __init__(
@@ -379,15 +382,24 @@ class NatsJobschedClient:
         *,
         prefix: str = "jobsched",
         timeout_s: float = 10.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else servers
+        self.credentials = credentials
         self.prefix = prefix
         self.timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {token}"}
         self._nc: NatsConnection | None = None
 
     async def __aenter__(self) -> NatsJobschedClient:
-        self._nc = await nats.connect(servers=self.servers)
+        auth: dict[str, str] = {}
+        if self.credentials is not None:
+            auth = {
+                "user": self.credentials.user,
+                "password": self.credentials.password,
+                "inbox_prefix": self.credentials.inbox_prefix,
+            }
+        self._nc = await nats.connect(servers=self.servers, **auth)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

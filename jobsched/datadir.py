@@ -123,3 +123,12 @@ def _read_holder(fd: int) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, created 0600 (the owner's alone, not even for an instant):
+    for files that hold a secret, such as ``dev.json``'s token."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)  # an existing file keeps its mode through O_CREAT

@@ -202,22 +202,13 @@ class NatsServer:
         _stop_orphan(pid_file, config)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds passwords
-        with os.fdopen(fd, "w") as f:
-            f.write(
-                "jetstream {\n"
-                f"  store_dir: {json.dumps(str(self.store_dir))}\n"
-                f"  sync_interval: {self.sync_interval}\n"
-                "}\n" + (self.authorization or "")
-            )
-        config.chmod(0o600)
+        self._write_config(config)
         cmd = [
             self.binary,
             "-c", str(config),
             "-a", "127.0.0.1",
             "-p", str(self.port),
             "--ports_file_dir", str(ports_dir),
-            "-n", self.name,
             "-P", str(pid_file),
             *(["-m", "-1"] if self.monitor else []),
             *self.extra_args,
@@ -251,6 +242,54 @@ class NatsServer:
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
+
+    def _write_config(self, config: Path) -> None:
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds passwords
+        with os.fdopen(fd, "w") as f:
+            f.write(
+                f"server_name: {json.dumps(self.name)}\n"
+                "jetstream {\n"
+                f"  store_dir: {json.dumps(str(self.store_dir))}\n"
+                f"  sync_interval: {self.sync_interval}\n"
+                "}\n" + (self.authorization or "")
+            )
+        config.chmod(0o600)
+
+    def reload(self, authorization: str | None, timeout_s: float = 10.0) -> None:
+        """Replace the ``authorization`` config text and have the running server apply it
+        (SIGHUP: nats-server's config reload; its users and permissions are reloadable, an
+        ``auth_callout`` block is not). With a ``log_file``, returns once the server logged
+        "Reloaded server configuration".
+
+        Raises:
+            RuntimeError: the server is not running, or did not confirm within ``timeout_s``.
+        """
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError("nats-server is not running")
+        offset = self.log_file.stat().st_size if self.log_file and self.log_file.exists() else 0
+        self.authorization = authorization
+        self._write_config(self.store_dir / "nats-server.conf")
+        os.kill(proc.pid, signal.SIGHUP)
+        if self.log_file is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while not self._logged_since(offset, b"Reloaded server configuration"):
+            if failed := self._logged_since(offset, b"Failed to reload"):
+                raise RuntimeError(f"nats-server refused the new config: {failed}")
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"nats-server did not reload its config within {timeout_s} s")
+            time.sleep(0.005)
+
+    def _logged_since(self, offset: int, marker: bytes) -> str:
+        """The first log line after ``offset`` that holds ``marker``, or ''."""
+        assert self.log_file is not None
+        with self.log_file.open("rb") as f:
+            f.seek(offset)
+            for line in f:
+                if marker in line:
+                    return line.decode(errors="replace").strip()
+        return ""
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate (SIGTERM, then SIGKILL after ``timeout_s``); idempotent."""

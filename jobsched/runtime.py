@@ -28,7 +28,7 @@ from actors.recorder import Recorder
 from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
-from bus.auth import read_credentials
+from bus.auth import Credentials, credentials_file_name, read_credentials
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
@@ -41,6 +41,7 @@ from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
+from jobsched.datadir import write_private
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,7 @@ def auth_secret(settings: Settings, *, create_in: Path | None = None) -> str:
         path = create_in / "auth-secret"
         if not path.exists():
             create_in.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_hex(32))
-            path.chmod(0o600)
+            write_private(path, secrets.token_hex(32))
         secret = path.read_text().strip()
     if not secret:
         raise ConfigError("JOBSCHED_AUTH_SECRET is not set; set it to a random string of 32+ bytes")
@@ -98,7 +98,36 @@ def auth_secret(settings: Settings, *, create_in: Path | None = None) -> str:
     return secret
 
 
-def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
+def nats_credentials(settings: Settings, connection: str) -> Credentials | None:
+    """The NATS user of ``connection`` (a :class:`Connection` name): its file in
+    ``JOBSCHED_NATS_CREDENTIALS_DIR``, else ``JOBSCHED_NATS_CREDENTIALS_FILE``, else None.
+
+    Raises:
+        ConfigError: both settings are set, the connection's file is missing, or a file is not
+            a readable credentials file (the message names it, never its content).
+    """
+    directory, file = settings.nats_credentials_dir, settings.nats_credentials_file
+    if directory and file:
+        raise ConfigError(
+            "set JOBSCHED_NATS_CREDENTIALS_DIR (a file per connection) or "
+            "JOBSCHED_NATS_CREDENTIALS_FILE (one for all), not both"
+        )
+    if directory:
+        path = Path(directory) / credentials_file_name(connection)
+        if not path.exists():
+            raise ConfigError(
+                f"JOBSCHED_NATS_CREDENTIALS_DIR={directory} has no {path.name}, the NATS user "
+                f"of this process's {connection} connection"
+            )
+        return read_credentials(path)
+    return read_credentials(file) if file else None
+
+
+def bus_config(
+    settings: Settings, servers: str | None = None, connection: str = "scheduler"
+) -> BusConfig:
+    """The :class:`BusConfig` of the NATS connection ``connection`` of ``settings``'s process
+    (its user: :func:`nats_credentials`)."""
     return BusConfig(
         servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
         prefix=settings.subject_prefix,
@@ -108,11 +137,7 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
         duplicate_window_s=settings.duplicate_window_seconds,
         status_retention_s=settings.status_retention_seconds,
         replicas=settings.stream_replicas,
-        credentials=(
-            read_credentials(settings.nats_credentials_file)
-            if settings.nats_credentials_file
-            else None
-        ),
+        credentials=nats_credentials(settings, connection),
     )
 
 
@@ -205,26 +230,36 @@ async def connected_bus(
     connection: Connection,
     servers: str | None = None,
     metrics: Metrics | None = None,
-    *,
-    ensure_streams: bool = False,
 ) -> AsyncIterator[Bus]:
-    """The connection ``connection``, open for the block (drained and closed after it); with
-    ``ensure_streams``, the work and status streams are created or updated first.
+    """The connection ``connection``, open for the block (drained and closed after it).
 
     Raises:
         BusUnavailable: NATS did not answer within 10 s.
+        ConfigError: its credentials (:func:`nats_credentials`).
     """
     on_disconnect = metrics.nats_disconnected(connection) if metrics is not None else None
     bus = Bus(
-        bus_config(settings, servers), name=f"jobsched-{connection}", on_disconnect=on_disconnect
+        bus_config(settings, servers, connection),
+        name=f"jobsched-{connection}",
+        on_disconnect=on_disconnect,
     )
     await bus.connect()
     try:
-        if ensure_streams:
-            await bus.ensure_streams()
         yield bus
     finally:
         await bus.close()
+
+
+async def prepare_bus(settings: Settings, buses: dict[Connection, Bus]) -> bool:
+    """A scheduler process creates or updates the streams and buckets on its scheduler
+    connection (the only role allowed to, :mod:`bus.auth`); the other roles wait for them
+    where they need them (a worker or recorder before it is ready; a gateway answers 503 for
+    what needs them until then). Returns True once done."""
+    scheduler = buses.get(Connection.SCHEDULER)
+    if scheduler is not None:
+        await scheduler.ensure_streams()
+        await CancelMarkers(scheduler, replicas=settings.stream_replicas, create=True).open()
+    return True
 
 
 async def open_connections(
@@ -235,17 +270,17 @@ async def open_connections(
     servers: str | None,
     metrics: Metrics,
 ) -> dict[Connection, Bus] | None:
-    """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it); None if ``stop``
-    was set first. The first one creates or updates the streams."""
+    """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it) and
+    :func:`prepare_bus`; None if ``stop`` was set first."""
     buses: dict[Connection, Bus] = {}
     for connection in connections_of(roles):
-        opening = stack.enter_async_context(
-            connected_bus(settings, connection, servers, metrics, ensure_streams=not buses)
-        )
+        opening = stack.enter_async_context(connected_bus(settings, connection, servers, metrics))
         bus = await until_stopped(opening, stop)
         if bus is None:
             return None
         buses[connection] = bus
+    if not await until_stopped(prepare_bus(settings, buses), stop):
+        return None
     return buses
 
 
@@ -449,7 +484,11 @@ class Parts:
     metrics: Metrics
 
     def markers(self, connection: Connection) -> CancelMarkers:
-        return CancelMarkers(self.buses[connection], replicas=self.settings.stream_replicas)
+        return CancelMarkers(
+            self.buses[connection],
+            replicas=self.settings.stream_replicas,
+            create=connection is Connection.SCHEDULER,
+        )
 
     def scheduler(self) -> list[Actor]:
         """The scheduler and its pruner (:func:`make_scheduler`)."""

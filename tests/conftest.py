@@ -1,7 +1,9 @@
 """Shared fixtures: a real nats-server per session (and per test where a test restarts it),
 real SQLite files in tmp dirs, and a full jobsched stack on real HTTP.
 
-Every test gets its own subject prefix, so its streams and consumers never meet another test's.
+Every test gets its own subject prefix, so its streams and consumers never meet another test's,
+and its own NATS users for that prefix: jobsched runs under its roles' permissions, which must
+cover everything it does (tests/natsauth.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from bus.auth import role_users
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, find_nats_server
+from tests.natsauth import AuthedNatsServer, plain_url, server_at
 from tests.support import Stack, start_stack
 
 TEST_SECRET = "test-secret-0123456789abcdef0123456789abcdef"
@@ -30,7 +34,7 @@ def nats_binary() -> str:
 def nats_server(nats_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """One nats-server for the session; tests isolate themselves by subject prefix."""
     root = tmp_path_factory.mktemp("nats-session")
-    server = NatsServer(nats_binary, root / "store", log_file=root / "nats.log")
+    server = AuthedNatsServer(nats_binary, root / "store", log_file=root / "nats.log")
     server.start()
     yield server
     server.stop()
@@ -39,7 +43,9 @@ def nats_server(nats_binary: str, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture
 def own_nats(nats_binary: str, tmp_path: Path) -> Iterator[NatsServer]:
     """A nats-server of this test alone (to kill or restart it)."""
-    server = NatsServer(nats_binary, tmp_path / "own-nats", log_file=tmp_path / "own-nats.log")
+    server = AuthedNatsServer(
+        nats_binary, tmp_path / "own-nats", log_file=tmp_path / "own-nats.log"
+    )
     server.start()
     yield server
     server.stop()
@@ -54,8 +60,14 @@ SettingsFactory = Callable[..., Settings]
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, prefix: str, nats_server: NatsServer) -> SettingsFactory:
-    """Settings for a test: its own data dir and prefix, short ack waits and backoffs."""
+def make_settings(
+    tmp_path: Path, prefix: str, nats_server: NatsServer
+) -> Iterator[SettingsFactory]:
+    """Settings for a test: its own data dir and prefix, short ack waits and backoffs, and its
+    own NATS users (one per connection, ``JOBSCHED_NATS_CREDENTIALS_DIR``) on the servers its
+    URL names. At the end, the test fails if any of them hit a permission violation."""
+    creds = tmp_path / "nats-creds"
+    granted: dict[str, tuple[AuthedNatsServer, int]] = {}
 
     def factory(**overrides: Any) -> Settings:
         base: dict[str, Any] = {
@@ -73,11 +85,26 @@ def make_settings(tmp_path: Path, prefix: str, nats_server: NatsServer) -> Setti
             "redispatch_after_seconds": 6.0,
             "drain_timeout_seconds": 5.0,
             "worker_cpu_slots": 1,
+            "nats_credentials_dir": str(creds),
         }
         base.update(overrides)
-        return load_settings({}, **base)
+        base["nats_url"] = plain_url(base["nats_url"])
+        settings = load_settings({}, **base)
+        role_users(creds, settings.subject_prefix, settings.queue_names)  # the files, always
+        for url in settings.nats_url.split(","):
+            server = server_at(url)
+            if server is not None:
+                server.grant(settings.subject_prefix, settings.queue_names, creds)
+                key = f"{url} {settings.subject_prefix}"
+                granted.setdefault(key, (server, server.log_offset()))
+        return settings
 
-    return factory
+    yield factory
+    found = []
+    for key, (server, offset) in granted.items():
+        found += server.violations(key.split()[1], offset)
+        server.revoke(key.split()[1])
+    assert not found, "NATS permission violations:\n" + "\n".join(found)
 
 
 @pytest.fixture

@@ -6,10 +6,12 @@ the real server over HTTP, wired by ``jobsched.runtime.serve`` on a real nats-se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -134,7 +136,10 @@ async def test_scheduler_and_worker_processes_serve_the_probes_on_the_metrics_po
     make_settings: SettingsFactory, roles: Roles, checks: set[str]
 ) -> None:
     port = free_port()
-    async with start_stack(make_settings(metrics_port=port), roles):
+    settings = make_settings(metrics_port=port)
+    async with start_stack(settings, Roles(scheduler=True, recorder=False)):
+        pass  # the streams, which a worker waits for
+    async with start_stack(settings, roles):
         assert await get(f"http://127.0.0.1:{port}/healthz") == (200, {"status": "ok"})
         status, body = await get(f"http://127.0.0.1:{port}/readyz")
     assert (status, body["status"]) == (200, "ok")
@@ -142,13 +147,15 @@ async def test_scheduler_and_worker_processes_serve_the_probes_on_the_metrics_po
 
 
 async def wait_ready(url: str, ready: bool, timeout_s: float = 20.0) -> dict[str, Any]:
-    """Poll ``url`` (``/readyz``) until it answers 200 (``ready``) or 503 (not), bounded."""
+    """Poll ``url`` (``/readyz``) until it answers 200 (``ready``) or 503 (not), bounded; a
+    server not listening yet counts as no answer."""
     want = 200 if ready else 503
     async with asyncio.timeout(timeout_s):
         while True:
-            status, body = await get(url)
-            if status == want:
-                return body
+            with contextlib.suppress(aiohttp.ClientConnectorError):
+                status, body = await get(url)
+                if status == want:
+                    return body
             await asyncio.sleep(0.1)
 
 
@@ -159,8 +166,13 @@ async def test_a_worker_is_unready_while_nats_is_down_and_ready_again_after(
     port = free_port()
     settings = make_settings(nats_url=own_nats.url, metrics_port=port)
     readyz = f"http://127.0.0.1:{port}/readyz"
-    async with start_stack(settings, Roles(worker=True)):
-        await wait_ready(readyz, True)
+    async with start_stack(settings, Roles(worker=True), ready=False):
+        body = await wait_ready(readyz, False)  # no scheduler has created the streams yet
+        assert body["checks"]["startup"] != "ok", body
+        assert await get(f"http://127.0.0.1:{port}/healthz") == (200, {"status": "ok"})
+        scheduler = msgspec.structs.replace(settings, metrics_port=0)
+        async with start_stack(scheduler, Roles(scheduler=True, recorder=False)):
+            await wait_ready(readyz, True)
         own_nats.stop()
         body = await wait_ready(readyz, False)
         assert body["checks"]["startup"] == "ok"

@@ -17,13 +17,14 @@ from core.clock import FakeClock
 from core.ids import execution_id
 from core.model import Execution, ExecutionStatus, RunMessage
 from tests.conftest import SettingsFactory
+from tests.natsauth import observer_url
 from tests.support import EventLog, Stack, start_stack, wait_executions, wait_job
 
 
 async def consumer_state(settings_url: str, prefix: str) -> tuple[int, int, int]:
     """(pending, ack pending, redelivered) of the default queue's consumer."""
     cfg = BusConfig(servers=[settings_url], prefix=prefix)
-    nc = await nats.connect(settings_url)
+    nc = await nats.connect(observer_url(settings_url))
     try:
         info = await nc.jetstream().consumer_info(cfg.work_stream, cfg.work_consumer("default"))
         return info.num_pending or 0, info.num_ack_pending or 0, info.num_redelivered or 0
@@ -45,7 +46,7 @@ async def test_s02_once_job_one_second_late_runs_exactly_once(stack: Stack) -> N
 
 async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, prefix: str) -> None:
     client = stack.client()
-    cfg = BusConfig(servers=[stack.settings.nats_url], prefix=prefix)
+    cfg = BusConfig(servers=[observer_url(stack.settings.nats_url)], prefix=prefix)
     async with EventLog(stack.settings.nats_url, prefix) as log:
         poison = await client.create_job(
             {"taskId": "fail", "parameters": {"times": 100}, "maxAttempts": 3}
@@ -61,7 +62,7 @@ async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, pre
         )
         assert later.next_run_at is not None
         later_exec = execution_id(later.id, later.next_run_at)
-        nc = await nats.connect(stack.settings.nats_url)
+        nc = await nats.connect(observer_url(stack.settings.nats_url))
         try:
             js = nc.jetstream()
             await js.publish(f"{prefix}.work.default.{run_key('x')}", b"\x00 not a run")
@@ -143,7 +144,7 @@ async def test_s07_each_occurrence_has_its_own_message_id(
         assert len({r.id for r in runs}) == 5
 
         retried = next(r for r in runs if r.scheduled_for.minute == 2)
-        nc = await nats.connect(settings.nats_url)
+        nc = await nats.connect(observer_url(settings.nats_url))
         try:
             js = nc.jetstream()
             ack = await js.publish(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import aiohttp
 
-from jobsched.natsserver import NatsServer
 from jobsched.runtime import Connection, Roles, connections_of
 from tests.conftest import SettingsFactory
+from tests.natsauth import AuthedNatsServer
 from tests.support import start_stack
 
 
@@ -20,10 +20,10 @@ def test_a_process_opens_one_connection_per_role_it_runs() -> None:
     assert connections_of(Roles(gateway=True, scheduler=True, worker=True)) == list(Connection)
 
 
-async def test_the_server_sees_each_roles_connection_by_name(
-    make_settings: SettingsFactory, nats_binary: str, tmp_path: Path
+async def test_the_server_sees_each_roles_connection_by_name_and_user(
+    make_settings: SettingsFactory, nats_binary: str, tmp_path: Path, prefix: str
 ) -> None:
-    server = NatsServer(
+    server = AuthedNatsServer(
         nats_binary, tmp_path / "nats", log_file=tmp_path / "nats.log", monitor=True
     )
     server.start()
@@ -31,10 +31,10 @@ async def test_the_server_sees_each_roles_connection_by_name(
         async with (
             start_stack(make_settings(nats_url=server.url)),
             aiohttp.ClientSession() as http,
-            http.get(server.monitor_url + "/connz") as r,
+            http.get(server.monitor_url + "/connz?auth=true") as r,
         ):
             connz = await r.json()
     finally:
         server.stop()
-    names = sorted(c.get("name", "") for c in connz["connections"])
-    assert names == sorted(f"jobsched-{c}" for c in Connection)
+    users = sorted((c.get("name", ""), c.get("authorized_user")) for c in connz["connections"])
+    assert users == sorted((f"jobsched-{c}", f"{prefix}-{c}") for c in Connection)

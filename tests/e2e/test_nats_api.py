@@ -8,12 +8,16 @@ import nats
 import pytest
 
 from jobsched.client import ApiError, NatsJobschedClient
+from tests.natsauth import api_credentials, observer_url
 from tests.support import Stack, wait_job
 
 
 def nats_client(stack: Stack, user: str = "alice", token: str | None = None) -> NatsJobschedClient:
     return NatsJobschedClient(
-        stack.settings.nats_url, token or stack.token(user), prefix=stack.settings.subject_prefix
+        stack.settings.nats_url,
+        token or stack.token(user),
+        prefix=stack.settings.subject_prefix,
+        credentials=api_credentials(stack.settings),
     )
 
 
@@ -67,7 +71,7 @@ async def test_errors_carry_the_http_codes(stack: Stack) -> None:
 
 
 async def test_an_empty_create_is_malformed_as_over_http(stack: Stack) -> None:
-    nc = await nats.connect(stack.settings.nats_url)
+    nc = await nats.connect(observer_url(stack.settings.nats_url))
     try:
         msg = await nc.request(
             f"{stack.settings.subject_prefix}.api.create",
@@ -113,7 +117,7 @@ async def test_list_time_bounds_are_checked_as_over_http(stack: Stack, when: str
 
 async def test_the_service_is_discoverable(stack: Stack) -> None:
     """ADR-32: $SRV.INFO answers with the endpoints and their subjects (what `nats micro` shows)."""
-    nc = await nats.connect(stack.settings.nats_url)
+    nc = await nats.connect(observer_url(stack.settings.nats_url))
     try:
         info = msgspec.json.decode((await nc.request("$SRV.INFO.jobsched", b"", timeout=5)).data)
     finally:

@@ -14,8 +14,10 @@ from typing import Any
 import nats
 import pytest
 
+from bus.auth import read_credentials
 from core.model import ExecutionStatus
-from jobsched.client import JobschedClient
+from core.settings import load_settings
+from jobsched.client import JobschedClient, NatsJobschedClient
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
 from tests.support import Child, EventLog, env_for, start_stack, wait_executions, wait_job
@@ -62,12 +64,31 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert run.started_at == lost.started_at  # the run's first start, kept
 
 
+async def dev_exports(env: dict[str, str], data: Path) -> dict[str, str]:
+    """What `eval "$(jobsched dev-env)"` sets in a shell, by name."""
+    names = ("URL", "TOKEN", "NATS_URL", "NATS_CREDENTIALS")
+    script = f'eval "$({sys.executable} -m jobsched dev-env)" && echo ' + " ".join(
+        f'"${name}"' for name in names
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-c", script],
+        env={**env, "JOBSCHED_DATA_DIR": str(data)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(zip(names, done.stdout.split(), strict=True))
+
+
 def dev_env(make_settings: SettingsFactory, data: Path) -> dict[str, str]:
     """The environment of a `jobsched dev` child: the test's settings minus the ones dev
     chooses itself (its own nats-server and store in ``data``, a secret, the port)."""
     env = env_for(make_settings(data_dir=str(data)))
     for key in (
         "JOBSCHED_NATS_URL",
+        "JOBSCHED_NATS_CREDENTIALS_DIR",
         "JOBSCHED_STORE_URL",
         "JOBSCHED_AUTH_SECRET",
         "JOBSCHED_HTTP_PORT",
@@ -161,17 +182,12 @@ async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_pat
     dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
     try:
         url, token = await read_dev_file(data, dev)
-        exports = await asyncio.to_thread(
-            subprocess.run,
-            ["bash", "-c", f'eval "$({sys.executable} -m jobsched dev-env)" && echo "$URL $TOKEN $NATS_URL"'],
-            env={**env, "JOBSCHED_DATA_DIR": str(data)},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )  # fmt: skip
-        assert exports.returncode == 0, exports.stderr
-        assert exports.stdout.split()[:2] == [url, token]
-        nc = await nats.connect(exports.stdout.split()[2])  # dev's own nats-server
+        exports = await dev_exports(env, data)
+        assert [exports["URL"], exports["TOKEN"]] == [url, token]
+        creds = read_credentials(exports["NATS_CREDENTIALS"])
+        nc = await nats.connect(  # dev's own nats-server, as an API client
+            exports["NATS_URL"], user=creds.user, password=creds.password
+        )
         await nc.close()
         dev.proc.send_signal(signal.SIGTERM)
         assert dev.proc.wait(30) == 0, dev.output()
@@ -327,3 +343,59 @@ def socket_closed_port() -> Any:
         yield port
 
     return closed()
+
+
+async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """Issue 12: `jobsched dev` generates its NATS users into the data dir (0600), every
+    connection authenticates, an API client connects as the `api` user and can do nothing else,
+    and no secret (token, signing key, NATS password) reaches a log."""
+    data = tmp_path / "dev-data"
+    env = dev_env(make_settings, data)
+    dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
+    try:
+        url, token = await read_dev_file(data, dev)
+        exports = await dev_exports(env, data)
+        with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
+            await nats.connect(exports["NATS_URL"], allow_reconnect=False, connect_timeout=2)
+        creds = read_credentials(exports["NATS_CREDENTIALS"])
+        prefix = load_settings(env).subject_prefix
+        async with NatsJobschedClient(
+            exports["NATS_URL"], token, prefix=prefix, credentials=creds
+        ) as api:
+            job = await api.create_job({"taskId": "noop"})
+        async with JobschedClient(url, token) as client:
+            assert (await wait_job(client, job.id, {"SUCCEEDED", "FAILED"})).status == "SUCCEEDED"
+        errors: list[str] = []
+
+        async def on_error(e: Exception) -> None:
+            errors.append(str(e))
+
+        nc = await nats.connect(
+            exports["NATS_URL"], user=creds.user, password=creds.password, error_cb=on_error
+        )
+        try:
+            await nc.subscribe(f"{prefix}.>")
+            await nc.flush()
+            async with asyncio.timeout(10):
+                while not errors:
+                    await asyncio.sleep(0.02)
+        finally:
+            await nc.close()
+        assert "permissions violation" in errors[0].lower()
+        secret_files = [data / "dev.json", data / "auth-secret", data / "nats/nats-server.conf"]
+        secret_files += sorted((data / "nats-creds").iterdir())
+        assert {f.name: f.stat().st_mode & 0o777 for f in secret_files} == {
+            f.name: 0o600 for f in secret_files
+        }
+        assert (data / "nats-creds").stat().st_mode & 0o777 == 0o700
+        secrets = [token, (data / "auth-secret").read_text().strip()]
+        secrets += [read_credentials(f).password for f in (data / "nats-creds").iterdir()]
+    finally:
+        dev.terminate()
+        dev.close()
+    logs = dev.output() + (data / "nats-server.log").read_text()
+    assert "jobsched dev is ready" in logs
+    leaked = [s[:6] + "…" for s in secrets if s in logs]
+    assert not leaked, f"secrets in the logs: {leaked}"

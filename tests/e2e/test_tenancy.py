@@ -16,6 +16,7 @@ from core.model import ExecutionStatus
 from gateway.auth import mint_token
 from jobsched.client import ApiError, JobschedClient, NatsJobschedClient
 from tests.conftest import SettingsFactory
+from tests.natsauth import api_credentials
 from tests.support import Stack, start_stack, wait_executions
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
@@ -30,7 +31,12 @@ def token(stack: Stack, user: str, role: Role = Role.USER, read_only: bool = Fal
 
 
 def over_nats(stack: Stack, tok: str) -> NatsJobschedClient:
-    return NatsJobschedClient(stack.settings.nats_url, tok, prefix=stack.settings.subject_prefix)
+    return NatsJobschedClient(
+        stack.settings.nats_url,
+        tok,
+        prefix=stack.settings.subject_prefix,
+        credentials=api_credentials(stack.settings),
+    )
 
 
 async def refused(call: object) -> ApiError:

@@ -26,6 +26,7 @@ from core.timeutil import from_epoch_ms
 from jobsched.client import JobschedClient
 from jobsched.runtime import Roles
 from store.sqlite import path_from_url
+from tests.natsauth import observer_url
 from tests.support import Child, env_for, start_stack
 
 
@@ -70,7 +71,7 @@ class Cluster:
 
     async def lease_owners(self) -> dict[int, str]:
         """Partition → owner, as the lease bucket shows now."""
-        nc = await nats.connect(self.settings.nats_url.split(","))
+        nc = await nats.connect(observer_url(self.settings.nats_url).split(","))
         try:
             try:
                 kv = await nc.jetstream().key_value(f"{self.settings.subject_prefix}_leases")

@@ -31,6 +31,7 @@ from tests.faults.cluster import (
     lost_and_duplicates,
     now,
 )
+from tests.natsauth import observer_url
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +242,7 @@ async def test_7_losing_the_work_stream_loses_no_run(
         async with asyncio.timeout(20):
             while sum(1 for r in c.runs() if r.job_id in set(jobs)) < len(jobs):
                 await asyncio.sleep(0.05)
-        nc = await nats.connect(settings.nats_url)
+        nc = await nats.connect(observer_url(settings.nats_url))
         try:
             js = nc.jetstream()
             stream = f"{prefix.upper()}_WORK"

@@ -99,18 +99,22 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
 ) -> None:
     """The roles' permissions cover their own code paths: the scheduler creates the streams and
     the lease bucket, takes a lease and publishes a run; the worker pulls it from its queue,
-    acks it and publishes its status."""
+    acks it and publishes its status; the recorder pulls that. (The whole suite runs jobsched
+    under these users too, tests/natsauth.py.)"""
     server, files = secured
     scheduler = role_bus(server.url, files["scheduler"], "jobsched-scheduler")
     worker = role_bus(server.url, files["worker"], "jobsched-worker")
+    recorder = role_bus(server.url, files["recorder"], "jobsched-recorder")
     await scheduler.connect()
     await worker.connect()
+    await recorder.connect()
     try:
         await scheduler.ensure_streams()
         leases = LeaseBucket(scheduler, ttl_s=5)
         await leases.open()
         assert await leases.acquire(0, "s1") is not None
-        await worker.ensure_streams()
+        stop = asyncio.Event()
+        assert await worker.wait_for_streams(stop)
         consumer = await worker.work_consumer("default")
         run = forged_run()
         assert await scheduler.publish_runs([run]) == [None]
@@ -133,13 +137,19 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
         )
         assert await scheduler.status_last_seq() == 1
         await consumer.close()
+        statuses = await recorder.recorder_consumer()
+        [recorded] = await statuses.fetch(1, timeout_s=5)
+        await recorded.ack()
+        await statuses.close()
+        await recorder.publish_finished([run.job_id])
     finally:
+        await recorder.close()
         await worker.close()
         await scheduler.close()
 
 
-@pytest.mark.parametrize("role", ["worker", "api"])
-async def test_a_worker_or_api_client_cannot_attack_the_bus(
+@pytest.mark.parametrize("role", ["worker", "api", "recorder", "live"])
+async def test_no_role_but_the_schedulers_and_gateways_can_attack_the_bus(
     secured: tuple[NatsServer, dict[str, Path]], role: str
 ) -> None:
     server, files = secured
@@ -174,12 +184,50 @@ async def test_a_worker_or_api_client_cannot_attack_the_bus(
             await refused(errors, 'Subscription to "_INBOX.>"')
             await nc.subscribe("_INBOX_jobsched-gateway.>")
             await refused(errors, 'Subscription to "_INBOX_jobsched-gateway.>"')
+            # create a stream that captures the work subjects, or change the work stream
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.add_stream(name="STEAL", subjects=[f"{PREFIX}.work.>"])
+            await refused(errors, "$JS.API.STREAM.CREATE.STEAL")
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.update_stream(name=scheduler.config.work_stream, max_msgs=1)
+            await refused(errors, f"$JS.API.STREAM.UPDATE.{scheduler.config.work_stream}")
         # nothing of it took effect
         assert not await scheduler.run_in_stream("default", "forged-1")
         assert await scheduler.status_last_seq() == 0
         snapshot = await leases.snapshot()
         assert snapshot is not None
     finally:
+        await scheduler.close()
+
+
+async def test_the_live_feed_cannot_take_or_delete_the_recorders_events(
+    secured: tuple[NatsServer, dict[str, Path]],
+) -> None:
+    """The live user may pull from its own consumers of the status stream, but never from the
+    recorder's (taking events from it would lose them from every job's history), nor delete
+    or redefine it."""
+    server, files = secured
+    scheduler = role_bus(server.url, files["scheduler"], "jobsched-scheduler")
+    recorder = role_bus(server.url, files["recorder"], "jobsched-recorder")
+    await scheduler.connect()
+    await recorder.connect()
+    try:
+        await scheduler.ensure_streams()
+        await recorder.ensure_recorder_consumer()
+        status = scheduler.config.status_stream
+        async with attacker(server.url, files["live"]) as (nc, errors):
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{status}.recorder", b"1")
+            await refused(errors, f"$JS.API.CONSUMER.MSG.NEXT.{status}.recorder")
+            js = nc.jetstream(timeout=1)
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.delete_consumer(status, "recorder")
+            await refused(errors, f"$JS.API.CONSUMER.DELETE.{status}.recorder")
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.add_consumer(status, durable_name="recorder", ack_wait=0.5)
+            await refused(errors, f"$JS.API.CONSUMER.DURABLE.CREATE.{status}.recorder")
+        assert await scheduler.recorder_ack_floor() == 0  # still there, untouched
+    finally:
+        await recorder.close()
         await scheduler.close()
 
 
