@@ -25,7 +25,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -196,7 +196,10 @@ def test_core_resources_follow_the_kubernetes_schema(core: list[Doc], version: s
     assert {k: v for k, v in errors.items() if v} == {}
 
 
-BREAKAGES = {
+Breakage = tuple[Callable[[Doc], object], str]
+"""How a test breaks a manifest, and what the schema check must then say."""
+
+BREAKAGES: dict[str, Breakage] = {
     "replicas as a string": (
         lambda d: d["spec"].update(replicas="2"),
         "spec.replicas: '2' is not of type",
@@ -304,7 +307,7 @@ def test_the_scaled_objects_follow_kedas_schemas(scaled_objects: list[Doc]) -> N
         assert nats_triggers(doc)
 
 
-KEDA_BREAKAGES = {
+KEDA_BREAKAGES: dict[str, Breakage] = {
     "an unquoted lagThreshold": (
         lambda d: d["spec"]["triggers"][0]["metadata"].update(lagThreshold=64),
         "spec/triggers/0/metadata/lagThreshold: 64 is not of type 'string'",

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.dispatch import due_at, plan_job
+from core.dispatch import JobPlan, due_at, plan_job
 from core.ids import execution_id
 from core.model import (
     CronSchedule,
@@ -43,11 +43,11 @@ def running(j: Job, at: datetime) -> Execution:
     )  # fmt: skip
 
 
-def kinds(plan: object) -> list[tuple[str, str]]:
+def kinds(plan: JobPlan) -> list[tuple[str, str]]:
     return [
         (d.execution.status.value, d.execution.scheduled_for.strftime("%H:%M:%S"))
         for d in plan.dispatches
-    ]  # type: ignore[attr-defined]
+    ]
 
 
 def test_an_on_time_job_is_one_queued_run_that_advances_by_cas() -> None:
