@@ -427,7 +427,9 @@ def test_every_role_is_probed_on_healthz_and_readyz_where_it_serves_them(
 
 
 def test_every_container_requests_resources_and_runs_restricted(core: list[Doc]) -> None:
-    uid = int(re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())[1])  # type: ignore[index]
+    found = re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())
+    assert found is not None, "the Dockerfile creates its user with --uid"
+    uid = int(found[1])
     for deployment in deployments(core):
         pod = deployment["spec"]["template"]["spec"]
         c = container(deployment)
@@ -605,7 +607,10 @@ def test_keda_reads_the_monitoring_port_of_the_nats_the_processes_use(
             assert int(port) == MONITORING_PORT
             assert all(int(port) != (c.port or 4222) for c in clients)
             # The same NATS deployment: the endpoint is a service of the clients' namespace.
-            assert any(host.split(".", 1)[1] == c.hostname.split(".", 1)[1] for c in clients)  # type: ignore[union-attr]
+            assert any(
+                c.hostname is not None and host.split(".", 1)[1] == c.hostname.split(".", 1)[1]
+                for c in clients
+            )
             assert trigger["metadata"]["account"] == "$G"  # NATS without accounts (deploy/nats)
 
 
