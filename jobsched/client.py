@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncGenerator, Collection
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -231,7 +231,7 @@ class JobschedClient:
 
     async def watch(
         self, *, job_ids: list[str] | None = None, last_event_id: int | None = None
-    ) -> AsyncIterator[tuple[int, Event]]:
+    ) -> AsyncGenerator[tuple[int, Event], None]:
         """Live events of your jobs (or of ``job_ids``) over ``GET /ws``: ``(event id, event)``.
 
         Pass the last event id you saw as ``last_event_id`` to resume without a gap.

@@ -67,7 +67,7 @@ class AuthedNatsServer(NatsServer):
         super().__init__(*args, **kwargs)
         self.authorization = self._block()
 
-    @property  # type: ignore[override]  # NatsServer's plain attribute, seen with the observer
+    @property  # NatsServer's plain attribute, seen with the observer
     def url(self) -> str:
         """The client URL with the observer's user and password (empty until started)."""
         if not self._plain_url:

@@ -53,7 +53,9 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert [(e.attempt, e.worker_id) for e in running] == [(1, "w1"), (2, "w2")]
         assert (running[1].at - killed_at).total_seconds() >= 0
         assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
-        [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
+        [run] = await wait_executions(
+            client, job.id, lambda rs: bool(rs) and rs[0].status == "SUCCEEDED"
+        )
         assert (run.attempt, run.worker_id) == (2, "w2")
         lost, redelivered = run.attempts
         assert (lost.attempt, lost.worker_id, lost.started_at) == (1, "w1", running[0].started_at)
