@@ -13,6 +13,8 @@ subjects ``$KV.<bucket>.>``, is in the oldest supported 2.12):
 * ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``),
   publishes notices, events and cancel markers, reads the status stream for live clients.
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
+* ``callout``: the gateway's auth callout service (:mod:`bus.callout`): receives the server's
+  authorization requests (``$SYS.REQ.USER.AUTH``) and answers them, nothing else.
 
 Each user receives replies on its own inbox prefix ``_INBOX_<user>`` (nats-py's
 ``inbox_prefix``) and may subscribe to nothing else of the kind, so no user reads another's
@@ -34,7 +36,7 @@ from pathlib import Path
 from bus.nats import RECORDER_CONSUMER, BusConfig
 from core.errors import ConfigError
 
-ROLES = ("scheduler", "worker", "gateway", "api")
+ROLES = ("scheduler", "worker", "gateway", "api", "callout")
 """The bus roles (see the module docstring)."""
 
 JS = "$JS.API"
@@ -178,12 +180,21 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
         return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
     if role == "api":
         return Permissions((f"{prefix}.api.>",), (inbox,))
+    if role == "callout":
+        return Permissions((), ("$SYS.REQ.USER.AUTH",), allow_responses=True)
     raise ConfigError(f"unknown bus role {role!r} (one of {', '.join(ROLES)})")
 
 
-def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str:
+def authorization_block(
+    users: Iterable[tuple[Credentials, Permissions]], *, callout_issuer: str | None = None
+) -> str:
     """nats-server config text: ``authorization { users: [...] }`` for these users. A server
-    with it refuses every connection without one of these user names and passwords."""
+    with it refuses every connection without one of these user names and passwords.
+
+    With ``callout_issuer`` (an account public nkey, :mod:`bus.callout`), the block also holds
+    ``auth_callout { issuer, auth_users }`` listing every one of these users: they connect as
+    above, and every other connection is decided by the auth callout service."""
+    users = list(users)
     entries = []
     for creds, perms in users:
         permissions: dict[str, object] = {
@@ -194,7 +205,14 @@ def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str
             permissions["allow_responses"] = True
         entry = {"user": creds.user, "password": creds.password, "permissions": permissions}
         entries.append("    " + json.dumps(entry))
-    return "authorization {\n  users: [\n" + ",\n".join(entries) + "\n  ]\n}\n"
+    callout = ""
+    if callout_issuer is not None:
+        auth_users = json.dumps([creds.user for creds, _ in users])
+        callout = (
+            f"  auth_callout {{\n    issuer: {json.dumps(callout_issuer)}\n"
+            f"    auth_users: {auth_users}\n  }}\n"
+        )
+    return "authorization {\n  users: [\n" + ",\n".join(entries) + "\n  ]\n" + callout + "}\n"
 
 
 def write_credentials(path: Path, creds: Credentials) -> None:
@@ -225,10 +243,16 @@ def read_credentials(path: str | Path) -> Credentials:
 
 
 def generate_users(
-    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
+    directory: Path,
+    prefix: str,
+    queues: Sequence[str],
+    roles: Sequence[str] = ROLES,
+    *,
+    callout_issuer: str | None = None,
 ) -> tuple[dict[str, Path], str]:
     """Credentials for each role, kept in ``directory/nats-<role>.json`` (0600; created once with
-    a random password, reused afterwards), and the server's ``authorization`` block for them.
+    a random password, reused afterwards), and the server's ``authorization`` block for them
+    (with ``auth_callout`` when ``callout_issuer`` is given, see :func:`authorization_block`).
 
     Returns:
         (credentials file of each role, the config text).
@@ -244,4 +268,4 @@ def generate_users(
             write_credentials(path, creds)
         files[role] = path
         users.append((creds, role_permissions(role, creds.user, prefix, queues)))
-    return files, authorization_block(users)
+    return files, authorization_block(users, callout_issuer=callout_issuer)

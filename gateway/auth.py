@@ -79,6 +79,16 @@ def principal_from_token(token: str, secret: str) -> Principal:
             would never expire), a ``sub`` longer than :data:`MAX_USER_LENGTH` or not valid
             Unicode, an unknown ``role`` or ``scope``.
     """
+    return principal_and_expiry(token, secret)[0]
+
+
+def principal_and_expiry(token: str, secret: str) -> tuple[Principal, datetime]:
+    """The caller a valid token names (as :func:`principal_from_token`) and its ``exp`` (UTC),
+    for what must not outlive the token (the NATS auth callout's user, :mod:`bus.callout`).
+
+    Raises:
+        Unauthorized: as :func:`principal_from_token`.
+    """
     try:
         claims = jwt.decode(
             token,
@@ -105,4 +115,5 @@ def principal_from_token(token: str, secret: str) -> Principal:
         scopes = parse_scope(claims.get("scope"))
     except ValueError as e:
         raise Unauthorized(f"invalid token: {e}") from None
-    return Principal(user=sub, role=role, scopes=scopes)
+    expires_at = datetime.fromtimestamp(claims["exp"], UTC)  # PyJWT checked it is a number
+    return Principal(user=sub, role=role, scopes=scopes), expires_at

@@ -29,6 +29,7 @@ from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.auth import read_credentials
+from bus.callout import AuthCallout, Authenticate, Grant, read_issuer
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
@@ -39,6 +40,7 @@ from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
+from gateway.auth import principal_and_expiry
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
 from store import create_store
@@ -185,16 +187,21 @@ class Connection(StrEnum):
     """The status stream's ``recorder`` consumer and finished-run notices."""
     WORKER = "worker"
     """The work consumers, status reports, the cancel-marker watch, queue depth."""
+    CALLOUT = "callout"
+    """The gateway's NATS auth callout service (:mod:`bus.callout`), when
+    ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE`` is set: the server's authorization requests."""
 
 
-def connections_of(roles: Roles) -> list[Connection]:
-    """The NATS connections a process of ``roles`` opens, in opening order."""
+def connections_of(roles: Roles, *, callout: bool = False) -> list[Connection]:
+    """The NATS connections a process of ``roles`` opens, in opening order; ``callout``: the
+    gateway runs the auth callout service."""
     wanted = {
         Connection.GATEWAY: roles.gateway,
         Connection.LIVE: roles.gateway,
         Connection.SCHEDULER: roles.scheduler,
         Connection.RECORDER: roles.runs_recorder,
         Connection.WORKER: roles.worker,
+        Connection.CALLOUT: roles.gateway and callout,
     }
     return [c for c in Connection if wanted[c]]
 
@@ -238,7 +245,8 @@ async def open_connections(
     """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it); None if ``stop``
     was set first. The first one creates or updates the streams."""
     buses: dict[Connection, Bus] = {}
-    for connection in connections_of(roles):
+    callout = bool(settings.nats_callout_issuer_seed_file)
+    for connection in connections_of(roles, callout=callout):
         opening = stack.enter_async_context(
             connected_bus(settings, connection, servers, metrics, ensure_streams=not buses)
         )
@@ -486,6 +494,30 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
     )
 
 
+def token_authenticator(secret: str) -> Authenticate:
+    """The auth callout's check of a bearer token: the gateway's own (:mod:`gateway.auth`)."""
+
+    def authenticate(token: str) -> Grant:
+        principal, expires_at = principal_and_expiry(token, secret)
+        return Grant(principal.user, expires_at)
+
+    return authenticate
+
+
+def callout_actors(parts: Parts, secret: str) -> list[Actor]:
+    """The NATS auth callout service on the callout connection, when the issuer seed file is
+    set (``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE``); else none.
+
+    Raises:
+        ConfigError: the seed file cannot be read or holds no account seed.
+    """
+    seed_file = parts.settings.nats_callout_issuer_seed_file
+    if not seed_file:
+        return []
+    issuer = read_issuer(seed_file)
+    return [AuthCallout(parts.buses[Connection.CALLOUT], issuer, token_authenticator(secret))]
+
+
 async def serve(
     settings: Settings,
     roles: Roles,
@@ -521,7 +553,7 @@ async def serve(
         actors: list[Actor] = []
         if roles.gateway:
             gateway, api = gateway_actors(parts, secret)
-            actors += [gateway, api]
+            actors += [gateway, api, *callout_actors(parts, secret)]
         if roles.scheduler:
             actors += parts.scheduler()
         if roles.runs_recorder:
