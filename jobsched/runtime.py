@@ -29,7 +29,7 @@ from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.auth import read_credentials
-from bus.callout import AuthCallout, Authenticate, Grant, read_issuer
+from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
@@ -504,17 +504,22 @@ def token_authenticator(secret: str) -> Authenticate:
     return authenticate
 
 
-def callout_actors(parts: Parts, secret: str) -> list[Actor]:
-    """The NATS auth callout service on the callout connection, when the issuer seed file is
-    set (``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE``); else none.
+def callout_issuer(settings: Settings, roles: Roles) -> Issuer | None:
+    """The auth callout's issuer when this process runs a gateway and
+    ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE`` is set; else None (no callout). Read before any
+    connection opens, so a bad file fails the start.
 
     Raises:
         ConfigError: the seed file cannot be read or holds no account seed.
     """
-    seed_file = parts.settings.nats_callout_issuer_seed_file
-    if not seed_file:
+    seed_file = settings.nats_callout_issuer_seed_file
+    return read_issuer(seed_file) if roles.gateway and seed_file else None
+
+
+def callout_actors(parts: Parts, secret: str, issuer: Issuer | None) -> list[Actor]:
+    """The NATS auth callout service on the callout connection, given an ``issuer``."""
+    if issuer is None:
         return []
-    issuer = read_issuer(seed_file)
     return [AuthCallout(parts.buses[Connection.CALLOUT], issuer, token_authenticator(secret))]
 
 
@@ -539,6 +544,7 @@ async def serve(
     metrics = Metrics()
     catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
     secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
+    issuer = callout_issuer(settings, roles)
     async with AsyncExitStack() as stack:
         buses = await open_connections(settings, roles, stack, stop, servers, metrics)
         if buses is None:
@@ -553,7 +559,7 @@ async def serve(
         actors: list[Actor] = []
         if roles.gateway:
             gateway, api = gateway_actors(parts, secret)
-            actors += [gateway, api, *callout_actors(parts, secret)]
+            actors += [gateway, api, *callout_actors(parts, secret, issuer)]
         if roles.scheduler:
             actors += parts.scheduler()
         if roles.runs_recorder:
