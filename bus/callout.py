@@ -159,8 +159,11 @@ class Issuer:
 
     @classmethod
     def from_seed(cls, seed: bytes) -> Issuer:
-        """Raises:
-        ConfigError: not an account nkey seed (``SA...``)."""
+        """The issuer of an encoded account seed.
+
+        Raises:
+            ConfigError: not an account nkey seed (``SA...``); the message never holds it.
+        """
         try:
             prefix, _ = nkeys.decode_seed(seed)
             keys = nkeys.from_seed(seed)
@@ -403,6 +406,14 @@ def response_claims(request: AuthRequest, *, user_jwt: str = "", error: str = ""
     return {"sub": request.user_nkey, "aud": request.server_id, "nats": body}
 
 
+class Answer(NamedTuple):
+    """A response JWT, and the user it admits or the reason it refuses (never the token)."""
+
+    response: str
+    user: str | None = None
+    refusal: str = ""
+
+
 def answer(
     request: AuthRequest,
     authenticate: Authenticate,
@@ -410,12 +421,10 @@ def answer(
     prefix: str,
     *,
     now: float | None = None,
-) -> tuple[str, str | None]:
-    """The response JWT to ``request``, and the user it admits (None: refused).
-
-    A refusal (no token, a token ``authenticate`` rejects, one that expires within a second)
-    carries the reason in ``nats.error``; nats-server logs it, so it never holds the token.
-    """
+) -> Answer:
+    """The answer to ``request``: a user JWT for the token's user (:func:`user_claims`), or a
+    refusal (no token, a token ``authenticate`` rejects, one that expires within a second) that
+    carries the reason in ``nats.error``; nats-server logs it, so it never holds the token."""
     t = time.time() if now is None else now
     try:
         if not request.token:
@@ -424,9 +433,11 @@ def answer(
         if grant.expires_at.timestamp() < t + 1:
             raise Unauthorized("the token has expired")
     except Unauthorized as e:
-        return encode_jwt(response_claims(request, error=e.message), issuer, now=t), None
+        refusal = encode_jwt(response_claims(request, error=e.message), issuer, now=t)
+        return Answer(refusal, refusal=e.message)
     user_jwt = encode_jwt(user_claims(request.user_nkey, grant, prefix), issuer, now=t)
-    return encode_jwt(response_claims(request, user_jwt=user_jwt), issuer, now=t), grant.user
+    admission = encode_jwt(response_claims(request, user_jwt=user_jwt), issuer, now=t)
+    return Answer(admission, user=grant.user)
 
 
 # -- the service ---------------------------------------------------------------------------
@@ -477,12 +488,14 @@ class AuthCallout:
         except CalloutError as e:
             log.warning("NATS auth callout: ignoring a request: %s", e)
             return
-        response, user = answer(request, self.authenticate, self.issuer, self.bus.config.prefix)
-        if user is None:
-            log.info("NATS auth callout: refused client %s", request.client)
+        result = answer(request, self.authenticate, self.issuer, self.bus.config.prefix)
+        if result.user is None:
+            log.info("NATS auth callout: refused client %s: %s", request.client, result.refusal)
         else:
-            log.info("NATS auth callout: admitted client %s as user %r", request.client, user)
-        await msg.respond(response.encode())
+            log.info(
+                "NATS auth callout: admitted client %s as user %r", request.client, result.user
+            )
+        await msg.respond(result.response.encode())
 
 
 # -- the server's configuration ------------------------------------------------------------

@@ -166,8 +166,8 @@ def request() -> AuthRequest:
 
 def test_an_admitted_client_gets_its_own_inbox_and_the_api_only_until_its_token_expires() -> None:
     grant = grant_for("alice")
-    response, user = answer(request(), lambda token: grant, ISSUER, PREFIX)
-    assert user == "alice"
+    response, user, refusal = answer(request(), lambda token: grant, ISSUER, PREFIX)
+    assert (user, refusal) == ("alice", "")
     outer = decode_jwt(response, issuer_prefix=PREFIX_ACCOUNT)
     assert (outer["sub"], outer["aud"], outer["iss"]) == (
         USER_NKEY,
@@ -193,14 +193,14 @@ def test_an_admitted_client_gets_its_own_inbox_and_the_api_only_until_its_token_
 
 
 def refusal_of(authenticate: Any, req: AuthRequest | None = None) -> str:
-    response, user = answer(req or request(), authenticate, ISSUER, PREFIX)
+    response, user, refusal = answer(req or request(), authenticate, ISSUER, PREFIX)
     assert user is None
     claims = decode_jwt(response, issuer_prefix=PREFIX_ACCOUNT)
     assert "jwt" not in claims["nats"]
     assert (claims["sub"], claims["aud"]) == (USER_NKEY, SERVER.public_key)
     assert TOKEN not in response
-    error: str = claims["nats"]["error"]
-    return error
+    assert claims["nats"]["error"] == refusal
+    return refusal
 
 
 def test_a_refused_client_gets_the_reason_and_never_its_token_back() -> None:

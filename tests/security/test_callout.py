@@ -185,6 +185,7 @@ async def test_an_api_client_reads_only_its_own_inbox_and_publishes_only_request
             ">",
             f"{PREFIX}.api.>",
             f"{PREFIX}.>",
+            "$SYS.REQ.USER.AUTH",  # every other client's token
         ]
         for subject in attacks:
             await alice.subscribe(subject)
@@ -301,6 +302,16 @@ async def test_role_users_connect_without_any_callout_and_api_clients_cannot(
         await scheduler.close()
     answer = await connection_refusal(deployment, nats_api_connect_options(token("alice")))
     assert "authorization violation" in answer
+
+
+@pytest.mark.parametrize("role", ["scheduler", "worker", "gateway"])
+async def test_no_role_user_can_read_the_authorization_requests(
+    deployment: Deployment, role: str
+) -> None:
+    """They hold every API client's token; only the callout user may subscribe to them."""
+    async with attacker(deployment.server.url, deployment.files[role]) as (nc, errors):
+        await nc.subscribe("$SYS.REQ.USER.AUTH")
+        await refused(errors, 'Subscription to "$SYS.REQ.USER.AUTH"')
 
 
 async def test_the_callout_user_may_only_answer_authorization_requests(
