@@ -115,5 +115,13 @@ def principal_and_expiry(token: str, secret: str) -> tuple[Principal, datetime]:
         scopes = parse_scope(claims.get("scope"))
     except ValueError as e:
         raise Unauthorized(f"invalid token: {e}") from None
-    expires_at = datetime.fromtimestamp(claims["exp"], UTC)  # PyJWT checked it is a number
-    return Principal(user=sub, role=role, scopes=scopes), expires_at
+    return Principal(user=sub, role=role, scopes=scopes), _expiry(claims["exp"])
+
+
+def _expiry(exp: object) -> datetime:
+    """``exp`` as PyJWT accepted it (whatever ``int()`` takes), as a UTC time; one past the
+    year 9999 is that year's end."""
+    try:
+        return datetime.fromtimestamp(int(exp), UTC)  # type: ignore[call-overload]
+    except (OverflowError, ValueError, OSError):
+        return datetime.max.replace(tzinfo=UTC)

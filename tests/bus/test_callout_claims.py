@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jwt as pyjwt
 import nkeys
 import pytest
 
@@ -37,7 +38,7 @@ from bus.callout import (
     user_inbox_prefix,
 )
 from core.errors import ConfigError, Unauthorized
-from gateway.auth import mint_token
+from gateway.auth import mint_token, principal_and_expiry
 
 PREFIX = "jobsched"
 TOKEN = "the-bearer-token-itself"
@@ -268,3 +269,17 @@ def test_a_bad_seed_file_is_a_config_error_naming_the_setting(tmp_path: Path) ->
     garbage.write_text("hello")
     with pytest.raises(ConfigError, match="not an nkey seed"):
         read_issuer(garbage)
+
+
+@pytest.mark.parametrize(
+    ("exp", "expected"),
+    [
+        (1_900_000_000, datetime(2030, 3, 17, 17, 46, 40, tzinfo=UTC)),
+        ("1900000000", datetime(2030, 3, 17, 17, 46, 40, tzinfo=UTC)),  # PyJWT takes it
+        (10**15, datetime.max.replace(tzinfo=UTC)),  # past year 9999: not a crash
+    ],
+)
+def test_the_callout_reads_the_expiry_the_gateway_accepted(exp: object, expected: datetime) -> None:
+    token = pyjwt.encode({"sub": "alice", "exp": exp}, "k" * 32, algorithm="HS256")
+    principal, expires_at = principal_and_expiry(token, "k" * 32)
+    assert (principal.user, expires_at) == ("alice", expected)
