@@ -469,9 +469,24 @@ class AuthCallout:
         self._stop.set()
 
     async def run(self) -> None:
-        sub = await self.bus.nc.subscribe(CALLOUT_SUBJECT, queue=QUEUE_GROUP, cb=self._on_request)
+        """Serve until :meth:`stop`.
+
+        Raises:
+            ConfigError: the connection's user may not subscribe to :data:`CALLOUT_SUBJECT`
+                (it is not the ``callout`` user): the server refused the subscription.
+        """
+        nc = self.bus.nc
+        sub = await nc.subscribe(CALLOUT_SUBJECT, queue=QUEUE_GROUP, cb=self._on_request)
         try:
-            await self.bus.nc.flush()
+            # nats-py writes a flush's PING ahead of the buffered SUB, so only the second PONG
+            # is sure to come after the server's answer to the SUB (a refusal, -ERR).
+            await nc.flush()
+            await nc.flush()
+            if nc.last_error is not None and CALLOUT_SUBJECT.lower() in str(nc.last_error).lower():
+                raise ConfigError(
+                    f"the NATS user of connection {self.bus.name} may not subscribe to "
+                    f"{CALLOUT_SUBJECT}: the auth callout needs the 'callout' user (bus.auth)"
+                )
             self.ready.set()
             await self._stop.wait()
         finally:

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from bus.auth import read_credentials
 from bus.callout import AuthCallout, callout_config, read_issuer, user_inbox_prefix
 from bus.nats import Bus, BusConfig
+from core.errors import ConfigError
 from core.model import Problem
 from gateway.auth import mint_token
 from jobsched.client import (
@@ -302,6 +303,20 @@ async def test_role_users_connect_without_any_callout_and_api_clients_cannot(
         await scheduler.close()
     answer = await connection_refusal(deployment, nats_api_connect_options(token("alice")))
     assert "authorization violation" in answer
+
+
+async def test_a_callout_on_another_roles_user_fails_to_start(deployment: Deployment) -> None:
+    """Misconfigured, it says so instead of leaving every API client unanswered."""
+    bus = role_bus(deployment, "gateway")
+    await bus.connect()
+    try:
+        callout = AuthCallout(bus, read_issuer(deployment.seed_file), token_authenticator(SECRET))
+        with pytest.raises(ConfigError, match="'callout' user"):
+            async with asyncio.timeout(10):
+                await callout.run()
+        assert not callout.ready.is_set()
+    finally:
+        await bus.close()
 
 
 @pytest.mark.parametrize("role", ["scheduler", "worker", "gateway"])
