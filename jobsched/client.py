@@ -10,10 +10,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Collection
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
@@ -21,6 +22,7 @@ import nats
 from nats.aio.client import Client as NatsConnection
 
 from bus.auth import Credentials
+from bus.callout import api_inbox_prefix
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -361,10 +363,27 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
+class NatsApiConnectOptions(TypedDict, total=False):
+    token: str
+    inbox_prefix: str
+
+
+def nats_api_connect_options(token: str) -> NatsApiConnectOptions:
+    """``nats.connect`` options of a NATS-API client with bearer ``token``: the token as its
+    NATS token (the gateways' auth callout turns it into the client's permissions) and the only
+    inbox those permissions let it read (:func:`bus.callout.api_inbox_prefix`; nats-py's default
+    when the token is not a JWT, which the server refuses when it requires authentication)."""
+    options = NatsApiConnectOptions(token=token)
+    with contextlib.suppress(ValueError):
+        options["inbox_prefix"] = api_inbox_prefix(token)
+    return options
+
+
 class NatsJobschedClient:
     """Async client of the NATS request-reply API (``<prefix>.api.<operation>``).
 
-    The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`.
+    The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`. It connects
+    with ``token`` as its NATS token and its own inbox (:func:`nats_api_connect_options`).
 
     Args:
         servers: NATS server URLs.
@@ -388,18 +407,22 @@ class NatsJobschedClient:
         self.credentials = credentials
         self.prefix = prefix
         self.timeout_s = timeout_s
+        self._token = token
         self._headers = {"Authorization": f"Bearer {token}"}
         self._nc: NatsConnection | None = None
 
     async def __aenter__(self) -> NatsJobschedClient:
-        auth: dict[str, str] = {}
-        if self.credentials is not None:
-            auth = {
-                "user": self.credentials.user,
-                "password": self.credentials.password,
-                "inbox_prefix": self.credentials.inbox_prefix,
-            }
-        self._nc = await nats.connect(servers=self.servers, **auth)
+        if self.credentials is None:  # the auth callout turns the token into a NATS user
+            self._nc = await nats.connect(
+                servers=self.servers, **nats_api_connect_options(self._token)
+            )
+        else:  # a static NATS user
+            self._nc = await nats.connect(
+                servers=self.servers,
+                user=self.credentials.user,
+                password=self.credentials.password,
+                inbox_prefix=self.credentials.inbox_prefix,
+            )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
