@@ -103,6 +103,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             process: a JSON file ``{"user": ..., "password": ...}`` (mode 0600, e.g. a
             container secret); its permissions are its role's (README "Security model"). Empty:
             connect without authentication (refused by a server that requires it).
+        nats_tls_ca_file: ``JOBSCHED_NATS_TLS_CA_FILE``; PEM bundle of the CAs that sign the
+            NATS servers' certificates. Set (or with ``tls://`` URLs, against the system's trust
+            store): every connection is TLS 1.2+ with the server's certificate and hostname (or
+            IP address) verified, and a server that does not require TLS is refused, before
+            anything is sent (README "Security model", "TLS to NATS").
+        nats_tls_cert_file / nats_tls_key_file: ``JOBSCHED_NATS_TLS_CERT_FILE`` /
+            ``_KEY_FILE``; this process's client certificate (chain) and its unencrypted private
+            key, PEM, for servers that verify clients (``verify: true``): both or neither.
+            A file that cannot be read or used is a :class:`ConfigError` at start-up.
         nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
@@ -161,6 +170,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
     nats_credentials_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
     nats_sync_interval: SyncInterval = "1s"
     quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0

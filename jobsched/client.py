@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Collection
 from datetime import datetime
 from types import TracebackType
@@ -17,9 +18,10 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-import nats
 from nats.aio.client import Client as NatsConnection
 
+from bus.nats import NatsClient
+from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -370,6 +372,8 @@ class NatsJobschedClient:
         token: bearer token (``jobsched token --user NAME``).
         prefix: the deployment's subject prefix (``JOBSCHED_SUBJECT_PREFIX``).
         timeout_s: per-request timeout (seconds).
+        tls: TLS context (:func:`bus.tls.client_context`); None: TLS only for ``tls://`` URLs.
+            With TLS, a server that does not require it is refused (see :mod:`bus.tls`).
     """
 
     def __init__(
@@ -379,15 +383,22 @@ class NatsJobschedClient:
         *,
         prefix: str = "jobsched",
         timeout_s: float = 10.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else servers
         self.prefix = prefix
         self.timeout_s = timeout_s
+        self.tls = tls
         self._headers = {"Authorization": f"Bearer {token}"}
         self._nc: NatsConnection | None = None
 
     async def __aenter__(self) -> NatsJobschedClient:
-        self._nc = await nats.connect(servers=self.servers)
+        nc = NatsClient()
+        if wants_tls(self.servers, self.tls):
+            await nc.connect(servers=self.servers, tls=self.tls or verifying_context())
+        else:
+            await nc.connect(servers=self.servers)
+        self._nc = nc
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -32,6 +32,7 @@ from bus.auth import read_credentials
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
+from bus.tls import client_context
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
 from core.history import Retention
@@ -112,6 +113,11 @@ def bus_config(settings: Settings, servers: str | None = None) -> BusConfig:
             read_credentials(settings.nats_credentials_file)
             if settings.nats_credentials_file
             else None
+        ),
+        tls=client_context(
+            ca_file=settings.nats_tls_ca_file,
+            cert_file=settings.nats_tls_cert_file,
+            key_file=settings.nats_tls_key_file,
         ),
     )
 
