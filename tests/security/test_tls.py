@@ -26,13 +26,15 @@ from typing import Any
 
 import pytest
 import trustme
+import yaml
+from cryptography import x509
 
 from bus.auth import Credentials
 from bus.nats import Bus, BusConfig
 from bus.tls import client_context
 from core.errors import BusUnavailable, ConfigError
 from core.model import RunMessage
-from core.settings import load_settings
+from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, ServerTls
 from jobsched.runtime import Connection, bus_config, connected_bus
 
@@ -165,6 +167,47 @@ async def test_the_bus_works_over_verified_tls(server: NatsServer, certs: Certs,
         assert got.data == b"over tls"
         (conn,) = [c for c in connz(server) if c.get("name") == "jobsched-tls-test"]
         assert conn["tls_version"] in ("1.2", "1.3"), conn
+    finally:
+        await bus.close()
+
+
+async def test_the_bus_reconnects_over_tls_and_never_to_a_plain_text_server(
+    mtls_server: NatsServer,
+    certs: Certs,
+    nats_binary: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A restarted TLS server gets the connection back over TLS; a plain-text server put in its
+    place (same address) gets nothing: every reconnect is refused before ``CONNECT``."""
+    lost = asyncio.Event()
+    context = client_context(
+        ca_file=str(certs.ca), cert_file=str(certs.client_cert), key_file=str(certs.client_key)
+    )
+    config = BusConfig(servers=[mtls_server.url], prefix=PREFIX, tls=context)
+    bus = Bus(config, name="jobsched-tls-test", on_disconnect=lost.set)
+    await bus.connect()
+    try:
+        mtls_server.restart()
+        async with asyncio.timeout(10):
+            await lost.wait()
+            await bus.connected.wait()
+        await bus.ping()
+        (conn,) = [c for c in connz(mtls_server) if c.get("name") == "jobsched-tls-test"]
+        assert conn["tls_version"] in ("1.2", "1.3"), conn
+        mtls_server.stop()
+        impostor = NatsServer(
+            nats_binary, tmp_path / "plain", port=mtls_server.port, monitor=True, name="plain"
+        )
+        impostor.start()
+        try:
+            async with asyncio.timeout(10):
+                while "secure connection not available" not in caplog.text:
+                    await asyncio.sleep(0.02)
+            assert not bus.is_connected
+            assert clients(impostor) == []
+        finally:
+            impostor.stop()
     finally:
         await bus.close()
 
@@ -356,39 +399,128 @@ def test_a_misconfigured_process_stops_with_one_line_naming_the_setting(
     assert "cannot connect" not in result.stderr
 
 
-# --- compose ----------------------------------------------------------------------------------
+# --- compose ---------------------------------------------------------------------------------
+
+CERT_FILES = ("ca.pem", "server-cert.pem", "server-key.pem", "client-cert.pem", "client-key.pem")
+"""What deploy/nats/gen-certs.sh writes, tls.conf and compose.tls.yaml read."""
 
 
-def test_the_compose_tls_example_parses(nats_binary: str, tmp_path: Path) -> None:
-    """``deploy/nats/tls.conf`` included by a compose node's config (as README "TLS to NATS"
-    says), with its certificate directory pointed at certificates generated for the compose
-    host names. ``nats-server -t`` loads the certificates: a missing key fails the check."""
-    certs = write_certs(tmp_path / "certs", "nats-1", "nats-2", "nats-3", "localhost", "127.0.0.1")
-    files = {"ca.pem": certs.ca, "server-cert.pem": certs.server_cert}
-    files["server-key.pem"] = certs.server_key
+def compose_certs(directory: Path) -> dict[str, Path]:
+    """Certificates for the compose host names, under the names of :data:`CERT_FILES`."""
+    certs = write_certs(directory, "nats-1", "nats-2", "nats-3", "localhost", "127.0.0.1")
+    paths = (certs.ca, certs.server_cert, certs.server_key, certs.client_cert, certs.client_key)
+    return dict(zip(CERT_FILES, paths, strict=True))
+
+
+def node_configs_with_certs(tmp_path: Path, certs: dict[str, Path]) -> Path:
+    """A copy of deploy/nats whose tls.conf names ``certs`` instead of /etc/nats/certs/."""
     conf_dir = tmp_path / "nats"
-    shutil.copytree(ROOT / "deploy" / "nats", conf_dir)
+    shutil.copytree(ROOT / "deploy" / "nats", conf_dir, ignore=shutil.ignore_patterns("certs"))
     text = (conf_dir / "tls.conf").read_text()
-    for name, path in files.items():
+    for name in ("ca.pem", "server-cert.pem", "server-key.pem"):
         assert f"_file: /etc/nats/certs/{name}" in text
-        text = text.replace(f"/etc/nats/certs/{name}", str(path))
+        text = text.replace(f"/etc/nats/certs/{name}", str(certs[name]))
     assert "verify: true" in text
-    node = conf_dir / "nats-1.conf"
-    node.write_text(node.read_text() + "include ./tls.conf\n")
-
-    def check() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [nats_binary, "-t", "-c", str(node)],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-
     (conf_dir / "tls.conf").write_text(text)
-    result = check()
+    return conf_dir
+
+
+def config_check(binary: str, conf: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [binary, "-t", "-c", str(conf)], check=False, capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.parametrize("node", ["nats-1", "nats-2", "nats-3"])
+def test_the_compose_tls_node_configs_parse(nats_binary: str, tmp_path: Path, node: str) -> None:
+    """``nats-N-tls.conf`` (the node's own config and ``tls.conf``) with certificates for the
+    compose host names. ``nats-server -t`` loads the certificates: a missing key fails."""
+    certs = compose_certs(tmp_path / "certs")
+    conf_dir = node_configs_with_certs(tmp_path, certs)
+    tls_conf = conf_dir / f"{node}-tls.conf"
+    assert f"include ./{node}.conf" in tls_conf.read_text()
+    result = config_check(nats_binary, tls_conf)
     assert result.returncode == 0, result.stdout + result.stderr
-    (conf_dir / "tls.conf").write_text(text.replace(str(certs.server_key), str(tmp_path / "none")))
-    result = check()
-    assert result.returncode != 0
-    assert "none" in result.stdout + result.stderr
+    text = (conf_dir / "tls.conf").read_text()
+    (conf_dir / "tls.conf").write_text(text.replace(str(certs["server-key.pem"]), "/no/such.pem"))
+    result = config_check(nats_binary, tls_conf)
+    assert result.returncode != 0 and "/no/such.pem" in result.stdout + result.stderr
+
+
+def test_the_compose_tls_override() -> None:
+    """compose.tls.yaml merged over compose.yaml is a valid Compose file in which every jobsched
+    service connects with TLS to the same three nodes, with the CA and client certificate as
+    secrets from deploy/nats/certs/, and every node runs its TLS config."""
+    from tests.test_compose import compose_schema_errors, environment
+
+    base = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    override = yaml.safe_load((ROOT / "compose.tls.yaml").read_text())
+    assert compose_schema_errors(override) == []
+    merged = json.loads(json.dumps(base))
+    for name, service in override["services"].items():
+        target = merged["services"][name]  # only services of compose.yaml
+        if "command" in service:
+            target["command"] = service["command"]
+        target.setdefault("environment", {}).update(service.get("environment", {}))
+        target["secrets"] = [*target.get("secrets", []), *service.get("secrets", [])]
+    merged["secrets"] = {**base.get("secrets", {}), **override["secrets"]}
+    assert compose_schema_errors(merged) == []
+    for node in ("nats-1", "nats-2", "nats-3"):
+        command = merged["services"][node]["command"]
+        assert command == ["-c", f"/etc/nats/{node}-tls.conf"]
+        assert (ROOT / "deploy" / "nats" / f"{node}-tls.conf").is_file()
+    files = {name: s["file"] for name, s in override["secrets"].items()}
+    certs_dir = "./deploy/nats/certs"
+    assert sorted(files.values()) == [f"{certs_dir}/{f}" for f in ("ca.pem", *CERT_FILES[3:])]
+    for role in ("gateway", "scheduler", "worker"):
+        service = merged["services"][role]
+        env = environment(service)
+        assert set(env) <= Settings.env_names()
+        plain = environment(base["services"][role])["JOBSCHED_NATS_URL"]
+        assert env["JOBSCHED_NATS_URL"] == plain.replace("nats://", "tls://")
+        for setting in ("CA_FILE", "CERT_FILE", "KEY_FILE"):
+            secret = env[f"JOBSCHED_NATS_TLS_{setting}"].removeprefix("/run/secrets/")
+            assert secret in service["secrets"] and secret in files
+
+
+@pytest.fixture
+def script_certs(tmp_path: Path) -> Path:
+    """What deploy/nats/gen-certs.sh (openssl) writes."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl on this machine")
+    out = tmp_path / "certs"
+    script = ROOT / "deploy" / "nats" / "gen-certs.sh"
+    subprocess.run([script, out], check=True, capture_output=True, timeout=60)
+    return out
+
+
+async def test_the_certificate_script_makes_certificates_that_work(
+    nats_binary: str, tmp_path: Path, script_certs: Path
+) -> None:
+    """deploy/nats/gen-certs.sh: the nodes' certificate names the compose hosts, a server and a
+    client with its files talk mutual TLS, the keys are private and no CA key is left behind."""
+    out = script_certs
+    assert sorted(p.name for p in out.iterdir()) == sorted(CERT_FILES)
+    for key in ("server-key.pem", "client-key.pem"):
+        assert (out / key).stat().st_mode & 0o777 == 0o600
+    cert = x509.load_pem_x509_certificate((out / "server-cert.pem").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(names.get_values_for_type(x509.DNSName)) == {
+        "nats-1",
+        "nats-2",
+        "nats-3",
+        "localhost",
+    }
+    tls = ServerTls(
+        out / "server-cert.pem", out / "server-key.pem", ca_file=out / "ca.pem", verify=True
+    )
+    with tls_server(nats_binary, tmp_path, tls) as server:
+        url = server.url.replace("127.0.0.1", "localhost")
+        bus = tls_bus(url, out / "ca.pem", cert=out / "client-cert.pem", key=out / "client-key.pem")
+        await bus.connect(timeout_s=5)
+        try:
+            await bus.ping()
+            (conn,) = [c for c in connz(server) if c.get("name") == "jobsched-tls-test"]
+            assert conn["tls_version"] in ("1.2", "1.3"), conn
+        finally:
+            await bus.close()
