@@ -35,6 +35,7 @@ from bus.tls import client_context
 from core.errors import BusUnavailable, ConfigError
 from core.model import RunMessage
 from core.settings import Settings, load_settings
+from jobsched.client import NatsJobschedClient
 from jobsched.natsserver import NatsServer, ServerTls
 from jobsched.runtime import Connection, bus_config, connected_bus
 
@@ -210,6 +211,14 @@ async def test_the_bus_reconnects_over_tls_and_never_to_a_plain_text_server(
             impostor.stop()
     finally:
         await bus.close()
+
+
+async def test_the_nats_api_client_connects_with_tls(server: NatsServer, certs: Certs) -> None:
+    async with NatsJobschedClient(
+        server.url, "token", prefix=PREFIX, tls=client_context(ca_file=str(certs.ca))
+    ):
+        (conn,) = connz(server)
+        assert conn["tls_version"] in ("1.2", "1.3"), conn
 
 
 async def test_a_server_signed_by_another_ca_is_refused(server: NatsServer, certs: Certs) -> None:
