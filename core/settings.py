@@ -115,6 +115,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             named as ``auth_callout { issuer }`` in the servers' config, which signs the
             per-user permissions of NATS-API clients. Empty: no callout (API clients then need
             a static NATS user). README "Security model".
+        nats_tls_ca_file: ``JOBSCHED_NATS_TLS_CA_FILE``; PEM bundle of the CAs that sign the
+            NATS servers' certificates. Set (or with ``tls://`` URLs, against the system's trust
+            store): every connection is TLS 1.2+ with the server's certificate and hostname (or
+            IP address) verified, and a server that does not require TLS is refused, before
+            anything is sent (README "Security model", "TLS to NATS").
+        nats_tls_cert_file / nats_tls_key_file: ``JOBSCHED_NATS_TLS_CERT_FILE`` /
+            ``_KEY_FILE``; this process's client certificate (chain) and its unencrypted private
+            key, PEM, for servers that verify clients (``verify: true``): both or neither.
+            A file that cannot be read or used is a :class:`ConfigError` at start-up.
         nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
@@ -175,6 +184,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     nats_credentials_file: str = ""
     nats_credentials_dir: str = ""
     nats_callout_issuer_seed_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
     nats_sync_interval: SyncInterval = "1s"
     quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0

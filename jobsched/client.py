@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncGenerator, Collection
 from datetime import datetime
 from types import TracebackType
@@ -18,11 +19,12 @@ from typing import Any, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
-import nats
 from nats.aio.client import Client as NatsConnection
 
 from bus.auth import Credentials
 from bus.callout import api_inbox_prefix
+from bus.nats import NatsClient
+from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -392,6 +394,8 @@ class NatsJobschedClient:
         timeout_s: per-request timeout (seconds).
         credentials: the NATS user of API clients (``nats-api.json``, :mod:`bus.auth`):
             requests to the API subjects and replies on its own inbox only.
+        tls: TLS context (:func:`bus.tls.client_context`); None: TLS only for ``tls://`` URLs.
+            With TLS, a server that does not require it is refused (see :mod:`bus.tls`).
     """
 
     def __init__(
@@ -402,27 +406,30 @@ class NatsJobschedClient:
         prefix: str = "jobsched",
         timeout_s: float = 10.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else servers
         self.credentials = credentials
         self.prefix = prefix
         self.timeout_s = timeout_s
         self._token = token
+        self.tls = tls
         self._headers = {"Authorization": f"Bearer {token}"}
         self._nc: NatsConnection | None = None
 
     async def __aenter__(self) -> NatsJobschedClient:
-        if self.credentials is None:  # the auth callout turns the token into a NATS user
-            self._nc = await nats.connect(
-                servers=self.servers, **nats_api_connect_options(self._token)
-            )
-        else:  # a static NATS user
-            self._nc = await nats.connect(
-                servers=self.servers,
-                user=self.credentials.user,
-                password=self.credentials.password,
-                inbox_prefix=self.credentials.inbox_prefix,
-            )
+        options: dict[str, Any] = dict(nats_api_connect_options(self._token))
+        if self.credentials is not None:  # a static NATS user instead of the auth callout
+            options = {
+                "user": self.credentials.user,
+                "password": self.credentials.password,
+                "inbox_prefix": self.credentials.inbox_prefix,
+            }
+        if wants_tls(self.servers, self.tls):
+            options["tls"] = self.tls or verifying_context()
+        nc = NatsClient()
+        await nc.connect(servers=self.servers, **options)
+        self._nc = nc
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -33,6 +33,7 @@ from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
+from bus.tls import client_context
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
 from core.history import Retention
@@ -140,6 +141,11 @@ def bus_config(
         status_retention_s=settings.status_retention_seconds,
         replicas=settings.stream_replicas,
         credentials=nats_credentials(settings, connection),
+        tls=client_context(
+            ca_file=settings.nats_tls_ca_file,
+            cert_file=settings.nats_tls_cert_file,
+            key_file=settings.nats_tls_key_file,
+        ),
     )
 
 
