@@ -189,7 +189,10 @@ class NatsServer:
         monitor: also serve the HTTP monitoring endpoints (``/varz``, ``/jsz``, ``/healthz``)
             on a free port of 127.0.0.1, at :attr:`monitor_url` once started.
         name: the server's name (unique in a cluster); default ``jobsched-<pid>``.
-        extra_args: more command-line arguments (e.g. ``--cluster``/``--routes`` of a node).
+        extra_args: more command-line arguments. A config reload (:meth:`reload`) forgets
+            some of them (``--cluster_name``): give those as ``extra_config``.
+        extra_config: more config text, e.g. the ``cluster { name, listen, routes }`` block of
+            a cluster's node.
         authorization: config text appended to the generated config, e.g. the users of
             :func:`bus.auth.generate_users`; None: no authentication (any client may connect).
         tls: TLS of client connections (then :attr:`url` is ``tls://…``); None: plain text.
@@ -206,6 +209,7 @@ class NatsServer:
         monitor: bool = False,
         name: str | None = None,
         extra_args: Sequence[str] = (),
+        extra_config: str = "",
         authorization: str | None = None,
         tls: ServerTls | None = None,
     ) -> None:
@@ -218,6 +222,7 @@ class NatsServer:
         self.monitor_url = ""
         self.name = name or f"jobsched-{os.getpid()}"
         self.extra_args = tuple(extra_args)
+        self.extra_config = extra_config
         self.authorization = authorization
         self.tls = tls
         self.url = ""
@@ -289,7 +294,10 @@ class NatsServer:
                 "jetstream {\n"
                 f"  store_dir: {json.dumps(str(self.store_dir))}\n"
                 f"  sync_interval: {self.sync_interval}\n"
-                "}\n" + (self.authorization or "") + (self.tls.block() if self.tls else "")
+                "}\n"
+                + self.extra_config
+                + (self.authorization or "")
+                + (self.tls.block() if self.tls else "")
             )
         config.chmod(0o600)
 
