@@ -17,6 +17,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
+from core.ids import run_msg_id
+
 T = TypeVar("T")
 
 
@@ -451,7 +453,8 @@ class RunMessage(Model, kw_only=True, frozen=True):
     Headers: ``Nats-Msg-Id`` = :attr:`msg_id` (JetStream de-duplication within the stream's
     duplicate window). ``attempt_offset`` is the number of attempts already spent before this
     message was published (non-zero when the store re-dispatches a run whose message was lost);
-    ``redispatch`` is non-zero for such a re-dispatch (milliseconds since the epoch of it).
+    ``redispatched_at_ms`` is non-zero for such a re-dispatch: when it happened, milliseconds
+    since the epoch (``redispatch`` on the wire).
     """
 
     execution_id: str
@@ -466,18 +469,13 @@ class RunMessage(Model, kw_only=True, frozen=True):
     max_attempts: int = 3
     timeout_seconds: float = 300.0
     attempt_offset: int = 0
-    redispatch: int = 0
+    redispatched_at_ms: int = msgspec.field(default=0, name="redispatch")
     trigger: RunTrigger = RunTrigger.SCHEDULE
 
     @property
     def msg_id(self) -> str:
-        """``Nats-Msg-Id``: the execution id, plus a suffix for a re-dispatch.
-
-        A re-dispatch must not reuse the original id: JetStream remembers ids for its whole
-        duplicate window, even after the message was purged, and would drop the new copy.
-        """
-        suffix = f"|r{self.redispatch}" if self.redispatch else ""
-        return self.execution_id + suffix
+        """``Nats-Msg-Id``: :func:`core.ids.run_msg_id` of this run."""
+        return run_msg_id(self.execution_id, self.redispatched_at_ms)
 
 
 class StatusEvent(Model, kw_only=True, frozen=True, tag="run", tag_field="kind"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,13 +27,11 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
-from core.dispatch import recorded_event
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.ids import new_job_id, partition_of
 from core.model import (
     CronSchedule,
     Execution,
-    ExecutionStatus,
     Job,
     JobCreate,
     JobEvent,
@@ -43,8 +40,6 @@ from core.model import (
     JobPatch,
     JobStatus,
     Page,
-    RunMessage,
-    RunTrigger,
 )
 from core.ports import (
     UNCHANGED,
@@ -56,8 +51,8 @@ from core.ports import (
     JobStore,
 )
 from core.quotas import Quotas, TokenRequest
+from core.runs import manual_run, recorded_event, run_message
 from core.tasks import TaskCatalog, validation_field_error
-from core.timeutil import isoformat_z
 from core.values import check_parameters, is_text
 
 log = logging.getLogger(__name__)
@@ -66,7 +61,6 @@ T = TypeVar("T")
 _canonical = msgspec.json.Encoder(order="sorted")
 LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
 CHANGEABLE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.PAUSED})
-MAX_PREVIEW = 1000
 COUNTS_KEPT = 10_000
 """Owners whose latest active-jobs count a gateway remembers (least recently used dropped)."""
 
@@ -421,40 +415,12 @@ class JobService:
             )
             if wait:
                 raise quotas.runs_exceeded(self.config.quotas, wait)
-        run = Execution(
-            id=f"{job.id}:{isoformat_z(now)}!manual-{secrets.token_hex(4)}",
-            job_id=job.id,
-            owner=owner,
-            task_id=job.task_id,
-            queue=job.queue,
-            partition=job.partition,
-            status=ExecutionStatus.QUEUED,
-            max_attempts=job.max_attempts,
-            scheduled_for=now,
-            created_at=now,
-            updated_at=now,
-            trigger=RunTrigger.MANUAL,
-            dispatched_by="gateway",
-        )
+        run = manual_run(job, now)
         entry = audit_entry(who, AuditAction.TRIGGERED, job_id, owner, now, execution_id=run.id)
         await self.store.insert_execution(run, audit=entry)
         if self.bus is not None:
             await self.bus.publish_events([recorded_event(run)])
-            message = RunMessage(
-                execution_id=run.id,
-                job_id=job.id,
-                owner=owner,
-                partition=job.partition,
-                task_id=job.task_id,
-                queue=job.queue,
-                parameters=job.parameters,
-                scheduled_for=now,
-                published_at=now,
-                max_attempts=job.max_attempts,
-                timeout_seconds=job.timeout_seconds,
-                trigger=RunTrigger.MANUAL,
-            )
-            [error] = await self.bus.publish_runs([message])
+            [error] = await self.bus.publish_runs([run_message(job, run, now)])
             if error is not None:
                 log.warning(
                     "run %s stored; publish failed (%s): re-dispatch will send it", run.id, error
