@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.job_status import job_status_write
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     Attempt,
@@ -63,14 +64,6 @@ class _Extra(Model, kw_only=True, frozen=True):
     skip_reason: str | None = None
     missed: Missed | None = None
 
-
-JOB_STATUS_AFTER = {
-    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: JobStatus.FAILED,
-    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
-}
-"""A job with no run left takes the status of its last run's outcome."""
 
 _encoder = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(_Spec)
@@ -264,9 +257,13 @@ def event_row(ev: StatusEvent) -> tuple[Any, ...]:
 
 
 def summary_params(ev: StatusEvent) -> dict[str, Any]:
+    """The parameters of ``JOB_SUMMARY`` for ``ev``; the job's status is
+    :func:`core.job_status.job_status_write` of it."""
+    write = job_status_write(ev.status)
     return {
         "status": ev.status.value,
-        "job_status": JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED).value,
+        "status_with_next_run": write.with_next_run.value,
+        "status_without_next_run": write.without_next_run.value,
         "started_at": epoch_ms(ev.started_at),
         "terminal": ev.status in TERMINAL_EXECUTION_STATUSES,
         "error": ev.error,

@@ -84,7 +84,6 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Rate, TokenRequest
-from store import sqlite
 from store.mongo import (
     AUDIT,
     DEAD_LETTERS,
@@ -92,7 +91,6 @@ from store.mongo import (
     ID,
     IDEMPOTENCY_INDEX,
     INDEXES,
-    JOB_STATUS_AFTER,
     JOBS,
     MAX_SCANS_TO_EXPLODE,
     REQUEST_HASH,
@@ -420,10 +418,6 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     doc = await raw(store, JOBS, j.id)
     assert "historyLimit" not in doc and "historyMaxAgeSeconds" not in doc  # null is absent
     assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
-
-
-def test_a_job_with_no_run_left_takes_the_status_the_sqlite_store_gives_it() -> None:
-    assert JOB_STATUS_AFTER == sqlite.JOB_STATUS_AFTER
 
 
 def test_database_name_comes_from_the_url_path() -> None:
