@@ -40,13 +40,15 @@ from core.model import (
     JobPatch,
     JobStatus,
     Page,
+    patched_spec,
+    requested_spec,
+    spec_values,
 )
 from core.ports import (
     UNCHANGED,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     JobStore,
 )
@@ -164,21 +166,16 @@ class JobService:
             if not is_text(idempotency_key):  # aiohttp keeps bytes that are not UTF-8 as surrogates
                 raise InvalidRequest(FieldError("Idempotency-Key", "must be UTF-8 text"))
         job_id = new_job_id()
-        return Job(
-            id=job_id,
-            owner=owner,
-            task_id=body.task_id,
+        options = requested_spec(
+            body,
             schedule=sched,
-            parameters=body.parameters,
-            queue=body.queue,
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
-            misfire_policy=body.misfire_policy,
-            misfire_grace_seconds=body.misfire_grace_seconds,
-            max_catch_up=body.max_catch_up,
-            overlap_policy=body.overlap_policy,
-            history_limit=body.history_limit,
-            history_max_age_seconds=body.history_max_age_seconds,
+        )
+        return Job(
+            **spec_values(options),
+            id=job_id,
+            owner=owner,
             status=JobStatus.SCHEDULED,
             partition=partition_of(job_id, self.config.partitions),
             created_at=now,
@@ -442,8 +439,7 @@ class JobService:
         job = await self.store.get_job(owner, job_id)
         now = self.clock.now()
         spec = self.catalog.get(job.task_id)
-        parameters = job.parameters if patch.parameters is None else patch.parameters
-        spec.decode_params(parameters)
+        spec.decode_params(job.parameters if patch.parameters is None else patch.parameters)
         if patch.parameters is not None:
             check_parameters(patch.parameters)
         grace = (
@@ -460,22 +456,7 @@ class JobService:
                 next_run_at = schedules.first_run_at(schedule, now)
         max_attempts = patch.max_attempts or job.max_attempts
         self._check_attempts(max_attempts)
-        new_spec = JobSpec(
-            task_id=job.task_id,
-            schedule=schedule,
-            parameters=parameters,
-            queue=patch.queue or job.queue,
-            max_attempts=max_attempts,
-            timeout_seconds=patch.timeout_seconds or job.timeout_seconds,
-            misfire_policy=patch.misfire_policy or job.misfire_policy,
-            misfire_grace_seconds=grace,
-            max_catch_up=patch.max_catch_up or job.max_catch_up,
-            overlap_policy=patch.overlap_policy or job.overlap_policy,
-            history_limit=_patched(patch.history_limit, job.history_limit),
-            history_max_age_seconds=_patched(
-                patch.history_max_age_seconds, job.history_max_age_seconds
-            ),
-        )
+        new_spec = patched_spec(job.spec, patch, schedule=schedule)
         job = await self.store.update_job(
             owner,
             job_id,
@@ -584,8 +565,3 @@ class JobService:
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:
             await self.markers.cancel_job(job_id)
-
-
-def _patched(value: T | msgspec.UnsetType | None, current: T | None) -> T | None:
-    """A nullable PATCH field: absent keeps ``current``, null clears it."""
-    return current if isinstance(value, msgspec.UnsetType) else value

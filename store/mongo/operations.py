@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -14,8 +13,15 @@ from pymongo import ASCENDING, DESCENDING, UpdateOne
 
 from core.audit import AuditQuery
 from core.job_status import HELD_VALUES, job_status_write
-from core.model import TERMINAL_EXECUTION_STATUSES, ExecutionStatus, Job, JobStatus, StatusEvent
-from core.ports import UNCHANGED, Dispatch, JobChange, JobQuery, JobSpec
+from core.model import (
+    TERMINAL_EXECUTION_STATUSES,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    StatusEvent,
+    spec_values,
+)
+from core.ports import UNCHANGED, Dispatch, JobChange, JobQuery
 from core.quotas import Bucket
 from core.timeutil import from_epoch_ms, to_utc_ms
 from store.mongo.documents import set_or_unset, spec_fields
@@ -186,7 +192,7 @@ def applied(job: Job, change: JobChange, now: datetime) -> Job:
             None if change.next_run_at is None else to_utc_ms(change.next_run_at)
         )
     if change.spec is not None:
-        fields.update({f.name: getattr(change.spec, f.name) for f in dataclasses.fields(JobSpec)})
+        fields.update(spec_values(change.spec))
     return msgspec.structs.replace(job, **fields)
 
 

@@ -24,36 +24,17 @@ from core.model import (
     Execution,
     ExecutionStatus,
     Job,
+    JobSpec,
     JobStatus,
-    MisfirePolicy,
     Missed,
     Model,
-    OverlapPolicy,
     RunTrigger,
-    Schedule,
     StatusEvent,
+    spec_values,
 )
-from core.ports import JobSpec
 from core.timeutil import from_epoch_ms, to_epoch_ms
 
 log = logging.getLogger(__name__)
-
-
-class _Spec(Model, kw_only=True, frozen=True):
-    """What a job does and when (the part users set), stored as one JSON column."""
-
-    task_id: str
-    schedule: Schedule
-    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
-    queue: str = "default"
-    max_attempts: int = 3
-    timeout_seconds: float = 300.0
-    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
-    misfire_grace_seconds: float = 60.0
-    max_catch_up: int = 10
-    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
-    history_limit: int | None = None
-    history_max_age_seconds: float | None = None
 
 
 class _Extra(Model, kw_only=True, frozen=True):
@@ -66,7 +47,7 @@ class _Extra(Model, kw_only=True, frozen=True):
 
 
 _encoder = msgspec.json.Encoder()
-_spec_decoder = msgspec.json.Decoder(_Spec)
+_spec_decoder = msgspec.json.Decoder(JobSpec)
 _extra_decoder = msgspec.json.Decoder(_Extra)
 _attempts_decoder = msgspec.json.Decoder(list[Attempt])
 _json_decoder = msgspec.json.Decoder()
@@ -74,26 +55,9 @@ _NO_EXTRA = _encoder.encode(_Extra())
 _audit_decoder = msgspec.json.Decoder(AuditRecord)
 
 
-def spec_column(job: Job | JobSpec) -> bytes:
-    """The ``spec`` column of a job (or of the spec a change sets)."""
-    return _encoder.encode(_spec_of(job))
-
-
-def _spec_of(job: Job | JobSpec) -> _Spec:
-    return _Spec(
-        task_id=job.task_id,
-        schedule=job.schedule,
-        parameters=dict(job.parameters),
-        queue=job.queue,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-        misfire_policy=job.misfire_policy,
-        misfire_grace_seconds=job.misfire_grace_seconds,
-        max_catch_up=job.max_catch_up,
-        overlap_policy=job.overlap_policy,
-        history_limit=job.history_limit,
-        history_max_age_seconds=job.history_max_age_seconds,
-    )
+def spec_column(spec: JobSpec) -> bytes:
+    """The ``spec`` column of a job (or of the spec a change sets): its :class:`JobSpec`."""
+    return _encoder.encode(spec.spec if isinstance(spec, Job) else spec)
 
 
 def epoch_ms(t: datetime | None) -> int | None:
@@ -109,20 +73,9 @@ def instant(ms: int | None) -> datetime | None:
 def job_from_row(row: sqlite3.Row) -> Job:
     spec = _spec_decoder.decode(row["spec"])
     return Job(
+        **spec_values(spec),
         id=row["id"],
         owner=row["owner"],
-        task_id=spec.task_id,
-        schedule=spec.schedule,
-        parameters=spec.parameters,
-        queue=spec.queue,
-        max_attempts=spec.max_attempts,
-        timeout_seconds=spec.timeout_seconds,
-        misfire_policy=spec.misfire_policy,
-        misfire_grace_seconds=spec.misfire_grace_seconds,
-        max_catch_up=spec.max_catch_up,
-        overlap_policy=spec.overlap_policy,
-        history_limit=spec.history_limit,
-        history_max_age_seconds=spec.history_max_age_seconds,
         status=JobStatus(row["status"]),
         partition=row["partition"],
         created_at=from_epoch_ms(row["created_at"]),

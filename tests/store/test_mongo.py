@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import random
 import subprocess
@@ -63,6 +62,7 @@ from core.model import (
     ImmediateSchedule,
     IntervalSchedule,
     Job,
+    JobSpec,
     JobStatus,
     MisfirePolicy,
     Missed,
@@ -71,6 +71,7 @@ from core.model import (
     Page,
     RunTrigger,
     StatusEvent,
+    spec_values,
 )
 from core.ports import (
     UNCHANGED,
@@ -79,7 +80,6 @@ from core.ports import (
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     PruneTarget,
 )
@@ -403,16 +403,16 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     doc = await raw(store, JOBS, j.id)
     fields = spec_fields(CONTROL_SPEC)
     assert {k: doc[k] for k in fields} == fields
-    as_created = msgspec.structs.replace(
-        job("other"), **{f.name: getattr(CONTROL_SPEC, f.name) for f in dataclasses.fields(JobSpec)}
-    )
+    as_created = msgspec.structs.replace(job("other"), **spec_values(CONTROL_SPEC))
     assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
     assert "nextRunAt" not in doc
     assert (doc["historyLimit"], doc["historyMaxAgeSeconds"]) == (25, 3600.0)
     assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
     back_to_defaults = JobChange(
         "changed",
-        spec=dataclasses.replace(CONTROL_SPEC, history_limit=None, history_max_age_seconds=None),
+        spec=msgspec.structs.replace(
+            CONTROL_SPEC, history_limit=None, history_max_age_seconds=None
+        ),
     )
     await store.update_job("alice", j.id, back_to_defaults, now=at(2))
     doc = await raw(store, JOBS, j.id)
