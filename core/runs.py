@@ -9,6 +9,9 @@ the worker build every :class:`~core.model.Execution`, :class:`~core.model.RunMe
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
+
+import msgspec
 
 from core.ids import execution_id, manual_execution_id, parse_execution_id
 from core.model import (
@@ -67,21 +70,12 @@ def skipped_run(
 ) -> Execution:
     """The SKIPPED record of an occurrence that does not run (misfire, overlap): finished at
     ``now`` with ``reason`` (and ``missed``, when it stands for several occurrences)."""
-    return Execution(
-        id=execution_id(job.id, scheduled_for),
-        job_id=job.id,
-        owner=job.owner,
-        task_id=job.task_id,
-        queue=job.queue,
-        partition=job.partition,
+    run_id = execution_id(job.id, scheduled_for)
+    return msgspec.structs.replace(
+        _run(job, run_id, scheduled_for, now, dispatched_by, trigger=RunTrigger.SCHEDULE, jitter=0),
         status=ExecutionStatus.SKIPPED,
         state_rank=TERMINAL_RANK,
-        max_attempts=job.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
         finished_at=now,
-        dispatched_by=dispatched_by,
         skip_reason=reason,
         missed=missed,
     )
@@ -157,8 +151,10 @@ def run_event(
     published_at: datetime | None = None,
     started_at: datetime | None = None,
     finished_at: datetime | None = None,
+    next_attempt_at: datetime | None = None,
     worker_id: str | None = None,
     error: str | None = None,
+    result: Any = None,
 ) -> StatusEvent:
     """A status event of ``run`` (a record or the message a worker received): its identity
     fields and the given transition. Instants are aware UTC."""
@@ -177,8 +173,10 @@ def run_event(
         published_at=published_at,
         started_at=started_at,
         finished_at=finished_at,
+        next_attempt_at=next_attempt_at,
         worker_id=worker_id,
         error=error,
+        result=result,
     )
 
 

@@ -31,6 +31,7 @@ from core.model import (
     state_rank,
 )
 from core.ports import Dispatch, DispatchOutcome, JobQuery, JobStore
+from core.runs import run_event
 from tests.store.conftest import BACKENDS
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -108,20 +109,7 @@ def event(
     ex: Execution, status: ExecutionStatus, attempt: int, when: datetime, **fields: Any
 ) -> StatusEvent:
     """A status event of ``ex`` as a worker publishes it."""
-    return StatusEvent(
-        execution_id=ex.id,
-        job_id=ex.job_id,
-        owner=ex.owner,
-        partition=ex.partition,
-        task_id=ex.task_id,
-        queue=ex.queue,
-        max_attempts=ex.max_attempts,
-        status=status,
-        attempt=attempt,
-        at=when,
-        scheduled_for=ex.scheduled_for,
-        **fields,
-    )
+    return run_event(ex, status, attempt=attempt, at=when, **fields)
 
 
 async def create(store: JobStore, *jobs: Job) -> None:

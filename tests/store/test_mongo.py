@@ -84,6 +84,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Rate, TokenRequest
+from core.runs import run_event
 from store.mongo import (
     AUDIT,
     DEAD_LETTERS,
@@ -194,16 +195,11 @@ def event(
 ) -> StatusEvent:
     when = when or ex.scheduled_for + timedelta(seconds=attempt)
     terminal = status in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED)
-    return StatusEvent(
-        execution_id=ex.id,
-        job_id=ex.job_id,
-        owner=ex.owner,
-        partition=ex.partition,
-        task_id=ex.task_id,
-        status=status,
+    return run_event(
+        ex,
+        status,
         attempt=attempt,
         at=when,
-        scheduled_for=ex.scheduled_for,
         published_at=ex.scheduled_for,
         started_at=None if status == ExecutionStatus.QUEUED else ex.scheduled_for + 2 * MIN / 60,
         finished_at=when if terminal else None,
