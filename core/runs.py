@@ -203,16 +203,20 @@ def poison_event(
     if parsed is None:
         return None
     job_id, scheduled_for = parsed
-    return StatusEvent(
-        execution_id=message_execution_id,
+    known = Execution(  # the run as far as its id tells
+        id=message_execution_id,
         job_id=job_id,
         owner="",
-        partition=0,
         task_id="",
-        status=ExecutionStatus.FAILED,
+        scheduled_for=scheduled_for,
+        created_at=at,
+        updated_at=at,
+    )
+    return run_event(
+        known,
+        ExecutionStatus.FAILED,
         attempt=attempt,
         at=at,
-        scheduled_for=scheduled_for,
         finished_at=at,
         worker_id=worker_id,
         error=error,

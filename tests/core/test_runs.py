@@ -119,4 +119,5 @@ def test_a_poison_message_fails_its_run_when_its_msg_id_names_one() -> None:
             ExecutionStatus.FAILED,
         )
         assert (event.attempt, event.finished_at, event.worker_id) == (2, T0, "w")
+        assert (event.owner, event.partition, event.task_id) == ("", 0, "")  # not in the id
     assert poison_event("x", attempt=1, at=T0, worker_id="w", error="e") is None
