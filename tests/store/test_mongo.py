@@ -52,7 +52,6 @@ from pymongo.write_concern import WriteConcern
 from core.access import Principal, Role
 from core.audit import AuditAction, AuditQuery, audit_entry
 from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
-from core.ids import execution_id
 from core.model import (
     TERMINAL_RANK,
     CronSchedule,
@@ -84,7 +83,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Rate, TokenRequest
-from core.runs import run_event
+from core.runs import queued_run, run_event
 from store.mongo import (
     AUDIT,
     DEAD_LETTERS,
@@ -163,19 +162,7 @@ def job(
 
 
 def run_of(j: Job, scheduled_for: datetime, *, now: datetime | None = None) -> Execution:
-    now = now or scheduled_for
-    return Execution(
-        id=execution_id(j.id, scheduled_for),
-        job_id=j.id,
-        owner=j.owner,
-        task_id=j.task_id,
-        partition=j.partition,
-        max_attempts=j.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
-        dispatched_by="scheduler-1",
-    )
+    return queued_run(j, scheduled_for, now or scheduled_for, "scheduler-1", RunTrigger.SCHEDULE)
 
 
 def dispatch_of(
