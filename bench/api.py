@@ -63,7 +63,7 @@ async def load(d: Deployment, mode: str, args: argparse.Namespace) -> dict[str, 
     await prof.wait()
     if proc.returncode != 0:
         raise RuntimeError(f"api_load {mode} failed with {proc.returncode}")
-    res = json.loads(out)
+    res: dict[str, Any] = json.loads(out)
     res["cpu_s"] = cpu
     res["cpu_util"] = {k: v / meter.wall for k, v in cpu.items()}
     return res

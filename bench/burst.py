@@ -86,16 +86,13 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         arrivals = obs.arrivals_ms()
     missing = res.ok - len(runs)
 
-    def last(field: str) -> float:
-        vals = [getattr(r, field) for r in runs]
-        if missing or any(v is None for v in vals) or not vals:
+    def last(instants_ms: list[int | None]) -> float:
+        """Seconds from the due time to the latest of ``instants_ms``; inf if one is missing."""
+        known = [t for t in instants_ms if t is not None]
+        if missing or not known or len(known) < len(instants_ms):
             return float("inf")
-        return (max(vals) - due_ms) / 1000.0  # type: ignore[type-var]
+        return (max(known) - due_ms) / 1000.0
 
-    seen = [arrivals.get(r.id) for r in runs]
-    last_seen = (
-        float("inf") if missing or not seen or None in seen else (max(seen) - due_ms) / 1000.0  # type: ignore[type-var]
-    )
     starts = [(r.started_at - due_ms) / 1000.0 if r.started_at else float("inf") for r in runs] + [
         float("inf")
     ] * missing
@@ -105,10 +102,10 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         "submitted": res.ok,
         "submit_rate_per_s": res.rate,
         "submit_overrun_s": overrun,
-        "all_published_s": last("published_at"),
-        "all_in_stream_s": last_seen,
-        "all_started_s": last("started_at"),
-        "all_finished_s": last("finished_at"),
+        "all_published_s": last([r.published_at for r in runs]),
+        "all_in_stream_s": last([arrivals.get(r.id) for r in runs]),
+        "all_started_s": last([r.started_at for r in runs]),
+        "all_finished_s": last([r.finished_at for r in runs]),
         "all_succeeded_in_store_s": all_recorded,
         "start_delay": Summary.of(starts).as_dict(),
         "cpu_s": cpu,

@@ -722,14 +722,14 @@ async def calibrate_submit_rate(d: Deployment, *, n: int = 1000, concurrency: in
 def seed_jobs(path: Path, jobs: Sequence[Job]) -> None:
     """Insert ``jobs`` straight into a new SQLite store at ``path`` (the store's own schema and
     row mapping), before any jobsched process opens it."""
-    from store.sqlite import JOB_INSERT, SCHEMA, _job_row  # noqa: PLC0415
+    from store.sqlite import JOB_INSERT, SCHEMA, job_row  # noqa: PLC0415
 
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.executescript("PRAGMA journal_mode=WAL;" + SCHEMA)
         conn.execute("BEGIN")
-        conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j in jobs])
+        conn.executemany(JOB_INSERT, [(*job_row(j), None) for j in jobs])
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -2,11 +2,11 @@
 ``--jobs`` (1,000,000) scheduled jobs, after its first scans.
 
 The jobs are inserted straight into a fresh SQLite store with raw ``executemany`` on the store's
-schema (``store.sqlite.SCHEMA``; indexes built after the load), every one a ``once`` ``noop`` job:
-``--near`` of them (10,000) due within ``--near-window`` seconds (600) from the start, the rest
-1 hour to 30 days ahead. Then ``python -m jobsched scheduler`` (with its recorder) starts on that
-store with its own nats-server, and its RSS is sampled for ``--watch`` seconds (30: six safety
-scans). The same is measured first on an empty store for comparison.
+schema (``store.sqlite.schema.SCHEMA``; indexes built after the load), every one a ``once``
+``noop`` job: ``--near`` of them (10,000) due within ``--near-window`` seconds (600) from the
+start, the rest 1 hour to 30 days ahead. Then ``python -m jobsched scheduler`` (with its
+recorder) starts on that store with its own nats-server, and its RSS is sampled for ``--watch``
+seconds (30: six safety scans). The same is measured first on an empty store for comparison.
 
     .venv/bin/python -m bench.memory [--jobs 1000000] [--near 10000] [--watch 30]
     .venv/bin/python -m bench.memory --near 200000 --near-window 25   # heap at its 100k limit
@@ -37,7 +37,7 @@ from bench.common import (
     verdict,
 )
 from core.model import Job, JobStatus, OnceSchedule
-from store.sqlite import JOB_COLUMNS, JOB_INSERT, SCHEMA, _job_row
+from store.sqlite import JOB_COLUMNS, JOB_INSERT, SCHEMA, job_row
 
 TARGET_RSS = 1 << 30
 PARTITIONS = 64
@@ -56,7 +56,7 @@ def spec_template() -> tuple[bytes, bytes]:
         updated_at=SENTINEL,
         next_run_at=SENTINEL,
     )
-    spec = _job_row(job)[[c.strip() for c in JOB_COLUMNS.split(",")].index("spec")]
+    spec = job_row(job)[[c.strip() for c in JOB_COLUMNS.split(",")].index("spec")]
     marker = b"2001-02-03T04:05:06.789"
     assert marker in spec, spec
     end = spec.index(marker) + len(marker)

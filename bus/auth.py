@@ -21,6 +21,8 @@ so a process holds only the passwords of the roles it runs:
   and cancel markers.
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
+* ``callout``: the gateway's auth callout service (:mod:`bus.callout`): receives the server's
+  authorization requests (``$SYS.REQ.USER.AUTH``) and answers them, nothing else.
 
 Each user receives replies on its own inbox prefix ``_INBOX_<user>`` (nats-py's
 ``inbox_prefix``) and may subscribe to nothing else of the kind, so no user reads another's
@@ -42,9 +44,10 @@ from pathlib import Path
 from bus.nats import RECORDER_CONSUMER, BusConfig
 from core.errors import ConfigError
 
-ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api")
+ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api", "callout")
 """The bus roles (see the module docstring): one per NATS connection of a jobsched process
-(:class:`jobsched.runtime.Connection`), plus ``api`` for API clients."""
+(:class:`jobsched.runtime.Connection`; ``callout``: the gateway's auth callout service), plus
+``api`` for API clients without the callout."""
 
 SERVICE_NAME = "jobsched"
 """The NATS micro service name the gateway registers (``$SRV.<verb>.jobsched``, ADR-32)."""
@@ -205,12 +208,21 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
         return Permissions(tuple(publish), (inbox,), publish_deny=tuple(recorder))
     if role == "api":
         return Permissions((f"{prefix}.api.>",), (inbox,))
+    if role == "callout":
+        return Permissions((), ("$SYS.REQ.USER.AUTH",), allow_responses=True)
     raise ConfigError(f"unknown bus role {role!r} (one of {', '.join(ROLES)})")
 
 
-def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str:
+def authorization_block(
+    users: Iterable[tuple[Credentials, Permissions]], *, callout_issuer: str | None = None
+) -> str:
     """nats-server config text: ``authorization { users: [...] }`` for these users. A server
-    with it refuses every connection without one of these user names and passwords."""
+    with it refuses every connection without one of these user names and passwords.
+
+    With ``callout_issuer`` (an account public nkey, :mod:`bus.callout`), the block also holds
+    ``auth_callout { issuer, auth_users }`` listing every one of these users: they connect as
+    above, and every other connection is decided by the auth callout service."""
+    users = list(users)
     entries = []
     for creds, perms in users:
         publish: dict[str, list[str]] = {"allow": list(perms.publish)}
@@ -224,7 +236,14 @@ def authorization_block(users: Iterable[tuple[Credentials, Permissions]]) -> str
             permissions["allow_responses"] = True
         entry = {"user": creds.user, "password": creds.password, "permissions": permissions}
         entries.append("    " + json.dumps(entry))
-    return "authorization {\n  users: [\n" + ",\n".join(entries) + "\n  ]\n}\n"
+    callout = ""
+    if callout_issuer is not None:
+        auth_users = json.dumps([creds.user for creds, _ in users])
+        callout = (
+            f"  auth_callout {{\n    issuer: {json.dumps(callout_issuer)}\n"
+            f"    auth_users: {auth_users}\n  }}\n"
+        )
+    return "authorization {\n  users: [\n" + ",\n".join(entries) + "\n  ]\n" + callout + "}\n"
 
 
 def write_credentials(path: Path, creds: Credentials) -> None:
@@ -278,12 +297,19 @@ def role_users(
 
 
 def generate_users(
-    directory: Path, prefix: str, queues: Sequence[str], roles: Sequence[str] = ROLES
+    directory: Path,
+    prefix: str,
+    queues: Sequence[str],
+    roles: Sequence[str] = ROLES,
+    *,
+    callout_issuer: str | None = None,
 ) -> tuple[dict[str, Path], str]:
-    """:func:`role_users` and the server's ``authorization`` block for them.
+    """:func:`role_users` and the server's ``authorization`` block for them (with
+    ``auth_callout`` when ``callout_issuer`` is given, see :func:`authorization_block`).
 
     Returns:
         (credentials file of each role, the config text).
     """
     files = {role: directory / credentials_file_name(role) for role in roles}
-    return files, authorization_block(role_users(directory, prefix, queues, roles))
+    users = role_users(directory, prefix, queues, roles)
+    return files, authorization_block(users, callout_issuer=callout_issuer)

@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,9 +42,10 @@ import msgspec
 import nats
 import nats.errors
 import nats.js.errors
-from nats.aio.client import Client
+from nats.aio.client import Client, Srv
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.aio.transport import TcpTransport
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -55,8 +57,9 @@ from nats.js.api import (
     StreamConfig,
 )
 
+from bus.tls import verifying_context, wants_tls
 from core.errors import BusUnavailable
-from core.ids import owner_key
+from core.ids import dead_letter_id, job_event_msg_id, owner_key, status_msg_id
 from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
 
 if TYPE_CHECKING:
@@ -97,6 +100,10 @@ class BusConfig:
         replicas: stream replicas (1 for a single server, 3 in a cluster).
         credentials: the NATS user of this connection (:mod:`bus.auth`); None: anonymous.
             Its replies arrive on its own inbox prefix ``_INBOX_<user>``.
+        tls: the client's TLS context (:func:`bus.tls.client_context`: the CAs that verify the
+            servers, a client certificate). None: TLS only for ``tls://`` URLs, against the
+            system's trust store. Either way a connection that wants TLS (:attr:`wants_tls`)
+            is refused by a server that does not require it, before anything is sent.
     """
 
     servers: list[str]
@@ -108,6 +115,11 @@ class BusConfig:
     status_retention_s: float = 86400.0
     replicas: int = 1
     credentials: Credentials | None = None
+    tls: ssl.SSLContext | None = None
+
+    @property
+    def wants_tls(self) -> bool:
+        return wants_tls(self.servers, self.tls)
 
     @property
     def work_stream(self) -> str:
@@ -205,7 +217,7 @@ class Delivery:
         stored message, the same on every redelivery (and not reused by a re-created stream,
         whose sequences start again)."""
         md = self._msg.metadata
-        return f"{md.stream}:{md.sequence.stream}:{int(md.timestamp.timestamp() * 1000)}"
+        return dead_letter_id(md.stream, md.sequence.stream, int(md.timestamp.timestamp() * 1000))
 
     async def ack(self) -> None:
         with translated("ack"):
@@ -368,8 +380,33 @@ class PullConsumer:
 _WHITESPACE = re.compile(r"\s")
 
 
+class _TcpTransport(TcpTransport):
+    """nats-py 2.16's TCP transport, closeable after a failed TLS upgrade.
+
+    ``asyncio``'s ``start_tls`` closes the socket when the handshake fails (a certificate that
+    does not verify), but the plain stream's protocol is no longer the socket's and never hears
+    of it, so the client's close, which waits for that stream, would wait forever. After a
+    failure this forgets the plain stream (its socket is closed), so closing returns at once.
+    """
+
+    async def connect_tls(
+        self,
+        uri: Any,
+        ssl_context: ssl.SSLContext,
+        buffer_size: int,
+        connect_timeout: int,
+    ) -> None:
+        try:
+            await super().connect_tls(uri, ssl_context, buffer_size, connect_timeout)
+        except BaseException:
+            writer, self._io_writer, self._io_reader = self._io_writer, None, None
+            if writer is not None:
+                writer.transport.abort()
+            raise
+
+
 class NatsClient(Client):
-    """nats-py's client with two fixes.
+    """nats-py's client with four fixes.
 
     - A PONG for a cancelled flush is skipped instead of fatal. nats-py 2.16 answers each PONG by
       setting the result of the oldest waiting flush future. When that flush was cancelled (a
@@ -382,7 +419,24 @@ class NatsClient(Client):
       header name for whitespace character by character in a generator, which made header
       parsing most of the cost of a message with JetStream headers (a replay read's Direct Get
       answers carry seven). Same result for every input (``tests/bus/test_nats.py``).
+    - A client given a TLS context never talks plain text. nats-py 2.16 upgrades to TLS only
+      when the server's ``INFO`` says ``tls_required``, so a server without TLS, or a man in
+      the middle who removes the flag, would receive ``CONNECT`` with the password in the
+      clear. This refuses such a server (``SecureConnWantedError``, "secure connection not
+      available", as nats.go's ``ErrSecureConnWanted``) before anything is sent; on every
+      reconnect too.
+    - A failed TLS handshake does not hang the client (see :class:`_TcpTransport`).
     """
+
+    async def _connect_to_server(self, s: Srv) -> None:
+        await super()._connect_to_server(s)
+        if type(self._transport) is TcpTransport:
+            self._transport.__class__ = _TcpTransport
+
+    async def _process_info(self, info: dict[str, Any], initial_connection: bool = False) -> None:
+        if initial_connection and "tls" in self.options and not info.get("tls_required"):
+            raise nats.errors.SecureConnWantedError
+        await super()._process_info(info, initial_connection)
 
     async def _process_pong(self) -> None:
         if self._pongs and self._pongs[0].done():
@@ -465,15 +519,19 @@ class Bus:
             self.connected.set()
             log.info("NATS reconnected to %s", self._nc.connected_url if self._nc else "?")
 
+        errors: list[Exception] = []
+
         async def on_error(e: Exception) -> None:
+            errors[:] = [e]
             log.warning("NATS error: %s", e)
 
         attempts = max(1, int(timeout_s / RECONNECT_WAIT_S))
         try:
             nc = await self._connect_once(attempts, on_disconnect, on_reconnect, on_error)
         except (nats.errors.Error, OSError, TimeoutError) as e:
+            last = f" (last error: {type(errors[0]).__name__}: {errors[0]})" if errors else ""
             raise BusUnavailable(
-                f"cannot connect to NATS at {', '.join(self.config.servers)}: {e}"
+                f"cannot connect to NATS at {', '.join(self.config.servers)}: {e}{last}"
             ) from e
         nc.options["max_reconnect_attempts"] = -1  # once connected, reconnect forever
         self._nc = nc
@@ -490,12 +548,14 @@ class Bus:
         """Connect, trying the servers up to ``attempts`` times (nats-py's own retry loop)."""
         nc = NatsClient()
         creds = self.config.credentials
-        auth: dict[str, Any] = {}
+        options: dict[str, Any] = {}
         if creds is not None:
-            auth = {"user": creds.user, "password": creds.password}
-            auth["inbox_prefix"] = creds.inbox_prefix
+            options = {"user": creds.user, "password": creds.password}
+            options["inbox_prefix"] = creds.inbox_prefix
+        if self.config.wants_tls:
+            options["tls"] = self.config.tls or verifying_context()
         await nc.connect(
-            **auth,
+            **options,
             servers=self.config.servers,
             name=self.name,
             max_reconnect_attempts=attempts,
@@ -780,7 +840,7 @@ class Bus:
             BusUnavailable: when it was not acknowledged (the caller retries).
         """
         subject = self.config.status_subject(event.owner, event.job_id)
-        msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+        msg_id = status_msg_id(event.execution_id, event.status, event.attempt)
         with translated("publish status"):
             await self.js.publish(
                 subject, run_encoder.encode(event), headers={MSG_ID: msg_id}, timeout=5
@@ -795,9 +855,9 @@ class Bus:
         futures = []
         for event in events:
             if isinstance(event, JobEvent):
-                msg_id = f"{event.job_id}|{event.event}|{event.at.timestamp()}"
+                msg_id = job_event_msg_id(event.job_id, event.event, event.at)
             else:
-                msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+                msg_id = status_msg_id(event.execution_id, event.status, event.attempt)
             try:
                 with translated("publish event"):
                     futures.append(

@@ -109,6 +109,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             own role, with that role's permissions only (README "Security model"). A process
             needs only the files of the connections it opens. Neither set: connect without
             authentication (refused by a server that requires it); both: a ConfigError.
+        nats_callout_issuer_seed_file: ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE``; a gateway
+            with it also runs the NATS auth callout service (:mod:`bus.callout`, NATS ADR-26):
+            the file (mode 0600, e.g. a container secret) holds the seed of the account nkey
+            named as ``auth_callout { issuer }`` in the servers' config, which signs the
+            per-user permissions of NATS-API clients. Empty: no callout (API clients then need
+            a static NATS user). README "Security model".
+        nats_tls_ca_file: ``JOBSCHED_NATS_TLS_CA_FILE``; PEM bundle of the CAs that sign the
+            NATS servers' certificates. Set (or with ``tls://`` URLs, against the system's trust
+            store): every connection is TLS 1.2+ with the server's certificate and hostname (or
+            IP address) verified, and a server that does not require TLS is refused, before
+            anything is sent (README "Security model", "TLS to NATS").
+        nats_tls_cert_file / nats_tls_key_file: ``JOBSCHED_NATS_TLS_CERT_FILE`` /
+            ``_KEY_FILE``; this process's client certificate (chain) and its unencrypted private
+            key, PEM, for servers that verify clients (``verify: true``): both or neither.
+            A file that cannot be read or used is a :class:`ConfigError` at start-up.
         nats_sync_interval: fsync policy of the nats-server that ``jobsched dev`` starts:
             ``always`` (before every PubAck) or a duration (``100ms``, ``1s``, ``2m``), as
             nats-server's ``jetstream.sync_interval``. A deployment's own servers are set in
@@ -168,6 +183,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_level: str = "INFO"
     nats_credentials_file: str = ""
     nats_credentials_dir: str = ""
+    nats_callout_issuer_seed_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
     nats_sync_interval: SyncInterval = "1s"
     quota_active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     quota_min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0
@@ -195,7 +214,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return [q.strip() for q in self.queues.split(",") if q.strip()]
 
     @property
-    def redispatch_after(self) -> float:
+    def resolved_redispatch_after_seconds(self) -> float:
+        """``redispatch_after_seconds``, or two ack waits when it is 0 (seconds)."""
         return self.redispatch_after_seconds or 2 * self.ack_wait_seconds
 
     @property

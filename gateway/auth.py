@@ -79,6 +79,16 @@ def principal_from_token(token: str, secret: str) -> Principal:
             would never expire), a ``sub`` longer than :data:`MAX_USER_LENGTH` or not valid
             Unicode, an unknown ``role`` or ``scope``.
     """
+    return principal_and_expiry(token, secret)[0]
+
+
+def principal_and_expiry(token: str, secret: str) -> tuple[Principal, datetime]:
+    """The caller a valid token names (as :func:`principal_from_token`) and its ``exp`` (UTC),
+    for what must not outlive the token (the NATS auth callout's user, :mod:`bus.callout`).
+
+    Raises:
+        Unauthorized: as :func:`principal_from_token`.
+    """
     try:
         claims = jwt.decode(
             token,
@@ -105,4 +115,13 @@ def principal_from_token(token: str, secret: str) -> Principal:
         scopes = parse_scope(claims.get("scope"))
     except ValueError as e:
         raise Unauthorized(f"invalid token: {e}") from None
-    return Principal(user=sub, role=role, scopes=scopes)
+    return Principal(user=sub, role=role, scopes=scopes), _expiry(claims["exp"])
+
+
+def _expiry(exp: object) -> datetime:
+    """``exp`` as PyJWT accepted it (whatever ``int()`` takes), as a UTC time; one past the
+    year 9999 is that year's end."""
+    try:
+        return datetime.fromtimestamp(int(exp), UTC)  # type: ignore[call-overload]
+    except (OverflowError, ValueError, OSError):
+        return datetime.max.replace(tzinfo=UTC)

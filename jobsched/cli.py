@@ -24,7 +24,7 @@ import click
 import msgspec
 
 from bus import natsconf
-from bus.auth import authorization_block, credentials_file_name, role_users
+from bus.callout import api_inbox_prefix, callout_config
 from core.access import SCOPES, Role, parse_scope
 from core.errors import ConfigError, JobschedError
 from core.model import Event, JobEvent
@@ -145,20 +145,24 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
 def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: bool) -> None:
     """``jobsched dev`` once it holds the data directory's lock.
 
-    Its nats-server requires authentication: one user per role (:mod:`bus.auth`), whose
-    credentials are generated once into ``<data>/nats-creds`` and used by every connection of
-    this process; API clients connect as the ``api`` user (``nats-api.json``)."""
+    Its nats-server requires authentication: one static user per role (:mod:`bus.auth`),
+    whose credentials are generated once into ``<data>/nats-creds`` and used by this process's
+    connections; API clients connect with their bearer token, admitted by this gateway's auth
+    callout (:mod:`bus.callout`) with permissions of their own."""
     creds = data / DEV_CREDENTIALS
-    users = role_users(creds, settings.subject_prefix, settings.queue_names)
+    _, block, seed_file = callout_config(creds, settings.subject_prefix, settings.queue_names)
     settings = msgspec.structs.replace(
-        settings, nats_credentials_dir=str(creds), nats_credentials_file=""
+        settings,
+        nats_credentials_dir=str(creds),
+        nats_credentials_file="",
+        nats_callout_issuer_seed_file=str(seed_file),
     )
     server = NatsServer(
         binary,
         data / "nats",
         log_file=data / "nats-server.log",
         sync_interval=settings.nats_sync_interval,
-        authorization=authorization_block(users),
+        authorization=block,
     )
     (data / DEV_FILE).unlink(missing_ok=True)
     url = server.start()
@@ -170,16 +174,15 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
             info = await started
             secret = auth_secret(settings, create_in=data)
             token = mint_token(secret, "dev", ttl=timedelta(days=30))
-            api_creds = str(creds / credentials_file_name("api"))
             dev_info = {
                 "url": info["url"],
                 "token": token,
                 "nats": url,
-                "natsCredentials": api_creds,
+                "natsInboxPrefix": api_inbox_prefix(token),
             }
             write_private(data / DEV_FILE, json.dumps(dev_info))
             lock.record(url=info["url"])
-            click.echo(_ready_banner(info["url"], data, url, api_creds))
+            click.echo(_ready_banner(info["url"], data, url))
             if demo:
                 await submit_demo_jobs(info["url"], token)
 
@@ -201,18 +204,18 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
         (data / DEV_FILE).unlink(missing_ok=True)
 
 
-def _ready_banner(url: str, data: Path, nats_url: str, nats_creds: str) -> str:
+def _ready_banner(url: str, data: Path, nats_url: str) -> str:
     """What ``jobsched dev`` prints once ready: where everything is, never a secret (the
     token is in ``dev.json``, 0600; ``jobsched dev-env`` reads it)."""
     return f"""
 jobsched dev is ready
   API       {url}
-  NATS      {nats_url}  (authenticated: API clients use {nats_creds})
+  NATS      {nats_url}  (authenticated: NATS-API clients connect with the token)
   data dir  {data}
   token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)
 
 Try, in another terminal in this directory:
-  eval "$(jobsched dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_CREDENTIALS
+  eval "$(jobsched dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_INBOX_PREFIX
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"taskId": "noop"}}' $URL/jobs
   jobsched submit generate_report --param reportType=sales --param region=eu-west
@@ -264,8 +267,9 @@ def _service(roles: Roles) -> None:
 
 @main.command(name="dev-env")
 def dev_env() -> None:
-    """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL, NATS_CREDENTIALS
-    (the API clients' NATS user, a JSON file of user and password).
+    """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL and
+    NATS_INBOX_PREFIX (a NATS-API client connects with the token as its NATS token and may read
+    replies on that inbox prefix only).
 
     Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs (or with
     JOBSCHED_DATA_DIR pointing at its data directory).
@@ -281,7 +285,7 @@ def dev_env() -> None:
         "URL": "url",
         "TOKEN": "token",
         "NATS_URL": "nats",
-        "NATS_CREDENTIALS": "natsCredentials",
+        "NATS_INBOX_PREFIX": "natsInboxPrefix",
     }
     click.echo(
         "export "

@@ -10,17 +10,21 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection
+import contextlib
+import ssl
+from collections.abc import AsyncGenerator, Collection
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
-import nats
 from nats.aio.client import Client as NatsConnection
 
 from bus.auth import Credentials
+from bus.callout import api_inbox_prefix
+from bus.nats import NatsClient
+from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
@@ -231,7 +235,7 @@ class JobschedClient:
 
     async def watch(
         self, *, job_ids: list[str] | None = None, last_event_id: int | None = None
-    ) -> AsyncIterator[tuple[int, Event]]:
+    ) -> AsyncGenerator[tuple[int, Event], None]:
         """Live events of your jobs (or of ``job_ids``) over ``GET /ws``: ``(event id, event)``.
 
         Pass the last event id you saw as ``last_event_id`` to resume without a gap.
@@ -361,10 +365,27 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
+class NatsApiConnectOptions(TypedDict, total=False):
+    token: str
+    inbox_prefix: str
+
+
+def nats_api_connect_options(token: str) -> NatsApiConnectOptions:
+    """``nats.connect`` options of a NATS-API client with bearer ``token``: the token as its
+    NATS token (the gateways' auth callout turns it into the client's permissions) and the only
+    inbox those permissions let it read (:func:`bus.callout.api_inbox_prefix`; nats-py's default
+    when the token is not a JWT, which the server refuses when it requires authentication)."""
+    options = NatsApiConnectOptions(token=token)
+    with contextlib.suppress(ValueError):
+        options["inbox_prefix"] = api_inbox_prefix(token)
+    return options
+
+
 class NatsJobschedClient:
     """Async client of the NATS request-reply API (``<prefix>.api.<operation>``).
 
-    The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`.
+    The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`. It connects
+    with ``token`` as its NATS token and its own inbox (:func:`nats_api_connect_options`).
 
     Args:
         servers: NATS server URLs.
@@ -373,6 +394,8 @@ class NatsJobschedClient:
         timeout_s: per-request timeout (seconds).
         credentials: the NATS user of API clients (``nats-api.json``, :mod:`bus.auth`):
             requests to the API subjects and replies on its own inbox only.
+        tls: TLS context (:func:`bus.tls.client_context`); None: TLS only for ``tls://`` URLs.
+            With TLS, a server that does not require it is refused (see :mod:`bus.tls`).
     """
 
     def __init__(
@@ -383,23 +406,30 @@ class NatsJobschedClient:
         prefix: str = "jobsched",
         timeout_s: float = 10.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else servers
         self.credentials = credentials
         self.prefix = prefix
         self.timeout_s = timeout_s
+        self._token = token
+        self.tls = tls
         self._headers = {"Authorization": f"Bearer {token}"}
         self._nc: NatsConnection | None = None
 
     async def __aenter__(self) -> NatsJobschedClient:
-        auth: dict[str, str] = {}
-        if self.credentials is not None:
-            auth = {
+        options: dict[str, Any] = dict(nats_api_connect_options(self._token))
+        if self.credentials is not None:  # a static NATS user instead of the auth callout
+            options = {
                 "user": self.credentials.user,
                 "password": self.credentials.password,
                 "inbox_prefix": self.credentials.inbox_prefix,
             }
-        self._nc = await nats.connect(servers=self.servers, **auth)
+        if wants_tls(self.servers, self.tls):
+            options["tls"] = self.tls or verifying_context()
+        nc = NatsClient()
+        await nc.connect(servers=self.servers, **options)
+        self._nc = nc
         return self
 
     async def __aexit__(self, *exc: object) -> None:

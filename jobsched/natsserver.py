@@ -23,6 +23,7 @@ import subprocess
 import sysconfig
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
@@ -140,6 +141,40 @@ def _runs_config(argv: list[bytes], config: Path) -> bool:
     return any(a == b"-c" and b == wanted for a, b in itertools.pairwise(argv))
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """TLS of a server's client connections: nats-server's ``tls`` block (docs.nats.io,
+    "Enabling TLS"; every option here is in 2.12). A server with it requires TLS of every
+    client (its ``INFO`` says ``tls_required``) and refuses plain-text ones.
+
+    Attributes:
+        cert_file: the server's PEM certificate (chain); its names (DNS or IP) are what clients
+            verify.
+        key_file: its PEM private key.
+        ca_file: PEM CAs that client certificates must chain to (None: the system's).
+        verify: require and verify a client certificate (mutual TLS): a client without one
+            signed by ``ca_file`` is refused during the handshake.
+        timeout_s: how long the server waits for a client's TLS handshake (seconds).
+    """
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None = None
+    verify: bool = False
+    timeout_s: float = 2.0
+
+    def block(self) -> str:
+        """The config text ``tls { ... }``."""
+        lines = [
+            f"  cert_file: {json.dumps(str(self.cert_file))}",
+            f"  key_file: {json.dumps(str(self.key_file))}",
+            *([f"  ca_file: {json.dumps(str(self.ca_file))}"] if self.ca_file else []),
+            f"  verify: {'true' if self.verify else 'false'}",
+            f"  timeout: {self.timeout_s}",
+        ]
+        return "tls {\n" + "\n".join(lines) + "\n}\n"
+
+
 class NatsServer:
     """A nats-server child process.
 
@@ -154,9 +189,13 @@ class NatsServer:
         monitor: also serve the HTTP monitoring endpoints (``/varz``, ``/jsz``, ``/healthz``)
             on a free port of 127.0.0.1, at :attr:`monitor_url` once started.
         name: the server's name (unique in a cluster); default ``jobsched-<pid>``.
-        extra_args: more command-line arguments (e.g. ``--cluster``/``--routes`` of a node).
+        extra_args: more command-line arguments. A config reload (:meth:`reload`) forgets
+            some of them (``--cluster_name``): give those as ``extra_config``.
+        extra_config: more config text, e.g. the ``cluster { name, listen, routes }`` block of
+            a cluster's node.
         authorization: config text appended to the generated config, e.g. the users of
             :func:`bus.auth.generate_users`; None: no authentication (any client may connect).
+        tls: TLS of client connections (then :attr:`url` is ``tls://…``); None: plain text.
     """
 
     def __init__(
@@ -170,7 +209,9 @@ class NatsServer:
         monitor: bool = False,
         name: str | None = None,
         extra_args: Sequence[str] = (),
+        extra_config: str = "",
         authorization: str | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.binary = binary
         self.store_dir = Path(store_dir).resolve()
@@ -181,7 +222,9 @@ class NatsServer:
         self.monitor_url = ""
         self.name = name or f"jobsched-{os.getpid()}"
         self.extra_args = tuple(extra_args)
+        self.extra_config = extra_config
         self.authorization = authorization
+        self.tls = tls
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -251,7 +294,10 @@ class NatsServer:
                 "jetstream {\n"
                 f"  store_dir: {json.dumps(str(self.store_dir))}\n"
                 f"  sync_interval: {self.sync_interval}\n"
-                "}\n" + (self.authorization or "")
+                "}\n"
+                + self.extra_config
+                + (self.authorization or "")
+                + (self.tls.block() if self.tls else "")
             )
         config.chmod(0o600)
 

@@ -29,9 +29,11 @@ from actors.retention import Pruner, RetentionConfig
 from actors.scheduler import Scheduler, SchedulerConfig
 from actors.worker import Worker, WorkerConfig
 from bus.auth import Credentials, credentials_file_name, read_credentials
+from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
+from bus.tls import client_context
 from core.clock import Clock, SystemClock
 from core.errors import ConfigError
 from core.history import Retention
@@ -39,6 +41,7 @@ from core.ports import JobStore
 from core.settings import Settings
 from core.tasks import TaskCatalog
 from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
+from gateway.auth import principal_and_expiry
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
 from jobsched.datadir import write_private
@@ -138,6 +141,11 @@ def bus_config(
         status_retention_s=settings.status_retention_seconds,
         replicas=settings.stream_replicas,
         credentials=nats_credentials(settings, connection),
+        tls=client_context(
+            ca_file=settings.nats_tls_ca_file,
+            cert_file=settings.nats_tls_cert_file,
+            key_file=settings.nats_tls_key_file,
+        ),
     )
 
 
@@ -146,7 +154,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         partitions=settings.partitions,
         scan_interval_s=settings.scan_interval_seconds,
         lookahead_s=settings.lookahead_seconds,
-        redispatch_after_s=settings.redispatch_after,
+        redispatch_after_s=settings.resolved_redispatch_after_seconds,
         prepare_ahead_s=settings.prepare_ahead_seconds,
         duplicate_window_s=settings.duplicate_window_seconds,
         quotas=settings.quotas,
@@ -173,7 +181,7 @@ def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
         partitions=settings.partitions,
         max_body_bytes=settings.max_body_bytes,
         max_attempts_limit=settings.max_deliver,
-        ws_buffer=settings.ws_buffer_events,
+        ws_buffer_events=settings.ws_buffer_events,
         ws_stall_s=settings.ws_stall_seconds,
         ws_replay_concurrency=settings.ws_replay_concurrency,
         ws_replay_events_per_s=settings.ws_replay_events_per_second,
@@ -210,16 +218,21 @@ class Connection(StrEnum):
     """The status stream's ``recorder`` consumer and finished-run notices."""
     WORKER = "worker"
     """The work consumers, status reports, the cancel-marker watch, queue depth."""
+    CALLOUT = "callout"
+    """The gateway's NATS auth callout service (:mod:`bus.callout`), when
+    ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE`` is set: the server's authorization requests."""
 
 
-def connections_of(roles: Roles) -> list[Connection]:
-    """The NATS connections a process of ``roles`` opens, in opening order."""
+def connections_of(roles: Roles, *, callout: bool = False) -> list[Connection]:
+    """The NATS connections a process of ``roles`` opens, in opening order; ``callout``: the
+    gateway runs the auth callout service."""
     wanted = {
         Connection.GATEWAY: roles.gateway,
         Connection.LIVE: roles.gateway,
         Connection.SCHEDULER: roles.scheduler,
         Connection.RECORDER: roles.runs_recorder,
         Connection.WORKER: roles.worker,
+        Connection.CALLOUT: roles.gateway and callout,
     }
     return [c for c in Connection if wanted[c]]
 
@@ -273,7 +286,8 @@ async def open_connections(
     """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it) and
     :func:`prepare_bus`; None if ``stop`` was set first."""
     buses: dict[Connection, Bus] = {}
-    for connection in connections_of(roles):
+    callout = bool(settings.nats_callout_issuer_seed_file)
+    for connection in connections_of(roles, callout=callout):
         opening = stack.enter_async_context(connected_bus(settings, connection, servers, metrics))
         bus = await until_stopped(opening, stop)
         if bus is None:
@@ -525,6 +539,35 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
     )
 
 
+def token_authenticator(secret: str) -> Authenticate:
+    """The auth callout's check of a bearer token: the gateway's own (:mod:`gateway.auth`)."""
+
+    def authenticate(token: str) -> Grant:
+        principal, expires_at = principal_and_expiry(token, secret)
+        return Grant(principal.user, expires_at)
+
+    return authenticate
+
+
+def callout_issuer(settings: Settings, roles: Roles) -> Issuer | None:
+    """The auth callout's issuer when this process runs a gateway and
+    ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE`` is set; else None (no callout). Read before any
+    connection opens, so a bad file fails the start.
+
+    Raises:
+        ConfigError: the seed file cannot be read or holds no account seed.
+    """
+    seed_file = settings.nats_callout_issuer_seed_file
+    return read_issuer(seed_file) if roles.gateway and seed_file else None
+
+
+def callout_actors(parts: Parts, secret: str, issuer: Issuer | None) -> list[Actor]:
+    """The NATS auth callout service on the callout connection, given an ``issuer``."""
+    if issuer is None:
+        return []
+    return [AuthCallout(parts.buses[Connection.CALLOUT], issuer, token_authenticator(secret))]
+
+
 async def serve(
     settings: Settings,
     roles: Roles,
@@ -546,6 +589,7 @@ async def serve(
     metrics = Metrics()
     catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
     secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
+    issuer = callout_issuer(settings, roles)
     async with AsyncExitStack() as stack:
         buses = await open_connections(settings, roles, stack, stop, servers, metrics)
         if buses is None:
@@ -560,7 +604,7 @@ async def serve(
         actors: list[Actor] = []
         if roles.gateway:
             gateway, api = gateway_actors(parts, secret)
-            actors += [gateway, api]
+            actors += [gateway, api, *callout_actors(parts, secret, issuer)]
         if roles.scheduler:
             actors += parts.scheduler()
         if roles.runs_recorder:

@@ -60,14 +60,16 @@ def server_at(url: str) -> AuthedNatsServer | None:
 class AuthedNatsServer(NatsServer):
     """A :class:`NatsServer` with the observer and the granted role users (module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.admin = Credentials(ADMIN_USER, secrets.token_hex(16))
+    def __init__(self, *args: Any, admin: Credentials | None = None, **kwargs: Any) -> None:
+        """``NatsServer``'s arguments; ``admin``: the observer's credentials (the nodes of a
+        cluster share them), else new ones."""
+        self.admin = admin or Credentials(ADMIN_USER, secrets.token_hex(16))
         self._grants: dict[str, tuple[Path, tuple[str, ...]]] = {}
         self._plain_url = ""
         super().__init__(*args, **kwargs)
         self.authorization = self._block()
 
-    @property  # type: ignore[override]  # NatsServer's plain attribute, seen with the observer
+    @property  # NatsServer's plain attribute, seen with the observer
     def url(self) -> str:
         """The client URL with the observer's user and password (empty until started)."""
         if not self._plain_url:

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus.nats import Bus, BusConfig
@@ -27,7 +28,7 @@ from core.clock import Clock
 from core.model import Event, Execution, ExecutionStatus, Job, JobEvent, JobStatus, StatusEvent
 from core.settings import Settings
 from gateway.auth import mint_token
-from jobsched.client import JobschedClient
+from jobsched.client import ApiError, JobschedClient
 from jobsched.runtime import Roles, serve
 from tests.natsauth import observer_url
 
@@ -85,7 +86,8 @@ async def start_stack(
     )
     if ready:
         async with asyncio.timeout(20):
-            done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            first: set[asyncio.Future[Any]] = {task, started}  # a stop or the ready stack's URL
+            done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             task.result()
             raise RuntimeError("the stack stopped before it was ready")
@@ -105,7 +107,7 @@ class EventLog:
         self.events: list[StatusEvent] = []
         self.job_events: list[JobEvent] = []
         self._changed = asyncio.Condition()
-        self._nc: nats.NATS | None = None
+        self._nc: Client | None = None
         self._decoder = msgspec.json.Decoder(Event)
 
     async def __aenter__(self) -> EventLog:
@@ -166,6 +168,17 @@ async def wait_job(
 async def executions(client: JobschedClient, job_id: str) -> list[Execution]:
     page = await client.list_executions(job_id, limit=500)
     return page.items
+
+
+def problem_fields(error: ApiError) -> list[str]:
+    """The fields that the RFC 9457 problem body of ``error`` names (none without a body)."""
+    problem = error.problem
+    return [e.field for e in problem.errors or ()] if problem is not None else []
+
+
+def succeeded(n: int) -> Callable[[list[Execution]], bool]:
+    """A :func:`wait_executions` predicate: exactly ``n`` runs SUCCEEDED."""
+    return lambda runs: sum(r.status == ExecutionStatus.SUCCEEDED for r in runs) == n
 
 
 async def wait_executions(

@@ -27,7 +27,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -207,7 +207,10 @@ def test_core_resources_follow_the_kubernetes_schema(core: list[Doc], version: s
     assert {k: v for k, v in errors.items() if v} == {}
 
 
-BREAKAGES = {
+Breakage = tuple[Callable[[Doc], object], str]
+"""How a test breaks a manifest, and what the schema check must then say."""
+
+BREAKAGES: dict[str, Breakage] = {
     "replicas as a string": (
         lambda d: d["spec"].update(replicas="2"),
         "spec.replicas: '2' is not of type",
@@ -315,7 +318,7 @@ def test_the_scaled_objects_follow_kedas_schemas(scaled_objects: list[Doc]) -> N
         assert nats_triggers(doc)
 
 
-KEDA_BREAKAGES = {
+KEDA_BREAKAGES: dict[str, Breakage] = {
     "an unquoted lagThreshold": (
         lambda d: d["spec"]["triggers"][0]["metadata"].update(lagThreshold=64),
         "spec/triggers/0/metadata/lagThreshold: 64 is not of type 'string'",
@@ -435,7 +438,9 @@ def test_every_role_is_probed_on_healthz_and_readyz_where_it_serves_them(
 
 
 def test_every_container_requests_resources_and_runs_restricted(core: list[Doc]) -> None:
-    uid = int(re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())[1])  # type: ignore[index]
+    found = re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())
+    assert found is not None, "the Dockerfile creates its user with --uid"
+    uid = int(found[1])
     for deployment in deployments(core):
         pod = deployment["spec"]["template"]["spec"]
         c = container(deployment)
@@ -650,7 +655,10 @@ def test_keda_reads_the_monitoring_port_of_the_nats_the_processes_use(
             assert int(port) == MONITORING_PORT
             assert all(int(port) != (c.port or 4222) for c in clients)
             # The same NATS deployment: the endpoint is a service of the clients' namespace.
-            assert any(host.split(".", 1)[1] == c.hostname.split(".", 1)[1] for c in clients)  # type: ignore[union-attr]
+            assert any(
+                c.hostname is not None and host.split(".", 1)[1] == c.hostname.split(".", 1)[1]
+                for c in clients
+            )
             assert trigger["metadata"]["account"] == "$G"  # NATS without accounts (deploy/nats)
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actors.metrics import Metrics
@@ -51,7 +52,7 @@ async def bus(nats_server: NatsServer, prefix: str) -> AsyncIterator[Bus]:
 
 
 def status(job_id: str, status: ExecutionStatus, attempt: int = 1, **fields: object) -> StatusEvent:
-    return StatusEvent(
+    event = StatusEvent(
         execution_id=execution_id(job_id, T0),
         job_id=job_id,
         owner="alice",
@@ -61,8 +62,8 @@ def status(job_id: str, status: ExecutionStatus, attempt: int = 1, **fields: obj
         attempt=attempt,
         at=T0 + timedelta(seconds=attempt if attempt < 1000 else 1),
         scheduled_for=T0,
-        **fields,  # type: ignore[arg-type]
     )
+    return msgspec.structs.replace(event, **fields)
 
 
 async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15) -> None:

@@ -90,6 +90,7 @@ async def test_runs_in_stream_names_exactly_the_runs_whose_message_is_held(
             msg = await bus.js.get_last_msg(
                 bus.config.work_stream, bus.config.work_subject(run.queue, run.execution_id)
             )
+            assert msg.seq is not None
             await bus.js.delete_msg(bus.config.work_stream, msg.seq)
 
         async with asyncio.timeout(10):

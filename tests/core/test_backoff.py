@@ -90,8 +90,8 @@ def test_without_an_rng_the_delay_is_still_bounded() -> None:
     ],
 )
 def test_bad_arguments_are_rejected(kwargs: dict[str, float]) -> None:
-    args: dict[str, float] = {"attempt": 1, "base_s": 1.0, "max_s": 10.0, "jitter": 0.2} | kwargs
-    attempt = int(args.pop("attempt"))
-
+    args = {"attempt": 1, "base_s": 1.0, "max_s": 10.0, "jitter": 0.2} | kwargs
     with pytest.raises(ValueError):
-        retry_delay(attempt, **args)  # type: ignore[arg-type]
+        retry_delay(
+            int(args["attempt"]), base_s=args["base_s"], max_s=args["max_s"], jitter=args["jitter"]
+        )

@@ -308,7 +308,7 @@ def test_parse_is_cached_and_the_result_immutable_and_hashable() -> None:
     assert cron.source == "*/5 * * * *"
     assert len({cron, parse_cron("*/5 * * * *"), parse_cron("*/6 * * * *")}) == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cron.source = "* * * * *"  # type: ignore[misc]
+        cron.source = "* * * * *"  # type: ignore[misc]  # the assignment this test refuses
 
 
 @pytest.mark.parametrize(
@@ -357,9 +357,9 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="naive"):
         cron.next_after(datetime(2026, 1, 1), utc)
     with pytest.raises(ValueError, match="gap"):
-        cron.next_after(at("2026-01-01T00:00:00Z"), utc, gap="later")  # type: ignore[arg-type]
+        cron.next_after(at("2026-01-01T00:00:00Z"), utc, gap="later")  # type: ignore[arg-type]  # a bad value on purpose
     with pytest.raises(ValueError, match="fold"):
-        cron.fire_times(at("2026-01-01T00:00:00Z"), utc, 1, fold="twice")  # type: ignore[arg-type]
+        cron.fire_times(at("2026-01-01T00:00:00Z"), utc, 1, fold="twice")  # type: ignore[arg-type]  # a bad value on purpose
     with pytest.raises(ValueError, match="negative"):
         cron.fire_times(at("2026-01-01T00:00:00Z"), utc, -1)
     assert cron.fire_times(at("2026-01-01T00:00:00Z"), utc, 0) == []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
-from core.dispatch import due_at, plan_job
+from core.dispatch import JobPlan, due_at, plan_job
 from core.ids import execution_id
 from core.model import (
     CronSchedule,
@@ -22,18 +23,17 @@ T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 
 
 def job(policy: OverlapPolicy = OverlapPolicy.FORBID, **kw: object) -> Job:
-    base: dict[str, object] = {
-        "id": "j1",
-        "owner": "alice",
-        "task_id": "noop",
-        "schedule": IntervalSchedule(every_seconds=10),
-        "overlap_policy": policy,
-        "created_at": T0 - timedelta(hours=1),
-        "updated_at": T0,
-        "next_run_at": T0,
-    }
-    base.update(kw)
-    return Job(**base)  # type: ignore[arg-type]
+    base = Job(
+        id="j1",
+        owner="alice",
+        task_id="noop",
+        schedule=IntervalSchedule(every_seconds=10),
+        overlap_policy=policy,
+        created_at=T0 - timedelta(hours=1),
+        updated_at=T0,
+        next_run_at=T0,
+    )
+    return msgspec.structs.replace(base, **kw)
 
 
 def running(j: Job, at: datetime) -> Execution:
@@ -43,11 +43,11 @@ def running(j: Job, at: datetime) -> Execution:
     )  # fmt: skip
 
 
-def kinds(plan: object) -> list[tuple[str, str]]:
+def kinds(plan: JobPlan) -> list[tuple[str, str]]:
     return [
         (d.execution.status.value, d.execution.scheduled_for.strftime("%H:%M:%S"))
         for d in plan.dispatches
-    ]  # type: ignore[attr-defined]
+    ]
 
 
 def test_an_on_time_job_is_one_queued_run_that_advances_by_cas() -> None:

@@ -6,7 +6,6 @@ S01 misfire after downtime, S02 once job 1 s late, S06 poison messages, S07 mess
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -15,10 +14,10 @@ import nats
 from bus.nats import BusConfig, run_key
 from core.clock import FakeClock
 from core.ids import execution_id
-from core.model import Execution, ExecutionStatus, RunMessage
+from core.model import ExecutionStatus, RunMessage
 from tests.conftest import SettingsFactory
 from tests.natsauth import observer_url
-from tests.support import EventLog, Stack, start_stack, wait_executions, wait_job
+from tests.support import EventLog, Stack, start_stack, succeeded, wait_executions, wait_job
 
 
 async def consumer_state(settings_url: str, prefix: str) -> tuple[int, int, int]:
@@ -131,12 +130,7 @@ async def test_s07_each_occurrence_has_its_own_message_id(
         assert job.next_run_at == datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
         for minute in range(5):
             await clock.set(datetime(2026, 6, 1, 10, minute, tzinfo=UTC))
-            await wait_executions(
-                client,
-                job.id,
-                lambda rs, n=minute + 1: sum(r.status == "SUCCEEDED" for r in rs) == n,
-                timeout_s=10,
-            )
+            await wait_executions(client, job.id, succeeded(minute + 1), timeout_s=10)
         runs = await wait_executions(
             client, job.id, lambda rs: len(rs) == 5 and all(r.status == "SUCCEEDED" for r in rs)
         )
@@ -185,9 +179,6 @@ async def test_s01_misfire_after_downtime_runs_the_latest_occurrence_once(
     await clock.set(datetime(2026, 6, 1, 10, 21, 30, tzinfo=UTC))
     async with start_stack(settings, clock=clock) as stack:
         client = stack.client()
-
-        def succeeded(n: int) -> Callable[[list[Execution]], bool]:
-            return lambda rs: sum(r.status == "SUCCEEDED" for r in rs) == n
 
         await wait_executions(client, job.id, succeeded(2))
         for minute in (22, 23):

@@ -4,20 +4,29 @@ Idempotency-Key, overlap policies, jitter, start/end, upcoming."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from core.clock import FakeClock
-from core.model import ExecutionStatus, JobStatus
+from core.model import Execution, ExecutionStatus, IntervalSchedule, JobStatus
 from jobsched.client import ApiError
 from tests.conftest import SettingsFactory
-from tests.support import EventLog, Stack, start_stack, wait_executions, wait_job
+from tests.support import (
+    EventLog,
+    Stack,
+    problem_fields,
+    start_stack,
+    succeeded,
+    wait_executions,
+    wait_job,
+)
 
 
-async def api_error(call: object) -> ApiError:
+async def api_error(call: Awaitable[object]) -> ApiError:
     try:
-        await call  # type: ignore[misc]
+        await call
     except ApiError as e:
         return e
     raise AssertionError("the call succeeded")
@@ -137,18 +146,17 @@ async def test_patch_changes_the_schedule_and_validates(stack: Stack) -> None:
             "overlapPolicy": "allow",
         },
     )
-    assert changed.schedule.every_seconds == 3600  # type: ignore[union-attr]
+    assert isinstance(changed.schedule, IntervalSchedule)
+    assert changed.schedule.every_seconds == 3600
     assert changed.max_attempts == 5 and changed.overlap_policy == "allow"
     assert changed.next_run_at != job.next_run_at
     assert changed.parameters == job.parameters
     bad = await api_error(
         client.patch_job(job.id, {"parameters": {"reportType": "nope", "region": "eu"}})
     )
-    assert (
-        bad.status == 422 and bad.problem and bad.problem.errors[0].field == "parameters.reportType"
-    )  # type: ignore[index]
+    assert bad.status == 422 and problem_fields(bad)[:1] == ["parameters.reportType"]
     unknown = await api_error(client.patch_job(job.id, {"taskId": "noop"}))
-    assert unknown.status == 422 and unknown.problem and unknown.problem.errors[0].field == "taskId"  # type: ignore[index]
+    assert unknown.status == 422 and problem_fields(unknown)[:1] == ["taskId"]
     await client.cancel_job(job.id)
     assert (await api_error(client.patch_job(job.id, {"maxAttempts": 2}))).status == 409
 
@@ -169,7 +177,7 @@ async def test_idempotency_key_returns_the_original_job(stack: Stack) -> None:
     assert bob_job.id != first.id
 
 
-async def overlapping(stack: Stack, prefix: str, policy: str, *, runs: int) -> list:  # type: ignore[type-arg]
+async def overlapping(stack: Stack, prefix: str, policy: str, *, runs: int) -> list[Execution]:
     """An interval job every 1 s whose task takes 2.5 s, until ``runs`` runs finished."""
     client = stack.client()
     async with EventLog(stack.settings.nats_url, prefix) as log:
@@ -195,6 +203,16 @@ async def overlapping(stack: Stack, prefix: str, policy: str, *, runs: int) -> l
     )
 
 
+def started_at(run: Execution) -> datetime:
+    assert run.started_at is not None, f"run {run.id} never started"
+    return run.started_at
+
+
+def finished_at(run: Execution) -> datetime:
+    assert run.finished_at is not None, f"run {run.id} never finished"
+    return run.finished_at
+
+
 @pytest.mark.slow
 async def test_overlap_forbid_skips_occurrences_while_a_run_is_running(
     stack: Stack, prefix: str
@@ -214,7 +232,7 @@ async def test_overlap_forbid_skips_occurrences_while_a_run_is_running(
 async def test_overlap_allow_runs_concurrently(stack: Stack, prefix: str) -> None:
     runs = await overlapping(stack, prefix, "allow", runs=2)
     assert not [r for r in runs if r.status == "SKIPPED"]
-    done = sorted((r for r in runs if r.started_at), key=lambda r: r.started_at)  # type: ignore[arg-type,return-value]
+    done = sorted((r for r in runs if r.started_at), key=started_at)
     assert done[0].finished_at and done[1].started_at and done[1].started_at < done[0].finished_at
 
 
@@ -223,8 +241,8 @@ async def test_overlap_buffer_one_runs_right_after_the_current_one(
     stack: Stack, prefix: str
 ) -> None:
     runs = await overlapping(stack, prefix, "bufferOne", runs=2)
-    done = sorted((r for r in runs if r.status == "SUCCEEDED"), key=lambda r: r.started_at)  # type: ignore[arg-type,return-value]
-    gap = (done[1].started_at - done[0].finished_at).total_seconds()  # type: ignore[operator]
+    done = sorted((r for r in runs if r.status == "SUCCEEDED"), key=started_at)
+    gap = (started_at(done[1]) - finished_at(done[0])).total_seconds()
     assert -0.05 <= gap < 1.0, f"the buffered run starts right after the previous one ({gap:.2f} s)"
 
 
@@ -288,7 +306,7 @@ async def test_start_and_end_bound_the_runs(stack: Stack) -> None:
             }
         )
     )
-    assert bad.status == 422 and bad.problem and bad.problem.errors[0].field == "schedule.endAt"  # type: ignore[index]
+    assert bad.status == 422 and problem_fields(bad)[:1] == ["schedule.endAt"]
 
 
 async def test_a_job_whose_schedule_ends_finishes_with_its_last_outcome(
@@ -309,9 +327,7 @@ async def test_a_job_whose_schedule_ends_finishes_with_its_last_outcome(
         )
         for minute in (1, 2):
             await clock.set(datetime(2026, 6, 1, 10, minute, tzinfo=UTC))
-            await wait_executions(
-                client, job.id, lambda rs, n=minute: sum(r.status == "SUCCEEDED" for r in rs) == n
-            )
+            await wait_executions(client, job.id, succeeded(minute))
         done = await wait_job(client, job.id, {"SUCCEEDED"})
         assert done.next_run_at is None
 

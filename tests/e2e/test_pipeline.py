@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from core.model import ExecutionStatus, JobStatus
+from core.model import ExecutionStatus, JobStatus, OnceSchedule
 from tests.conftest import SettingsFactory
 from tests.support import EventLog, Stack, start_stack, wait_executions, wait_job
 
@@ -36,7 +36,8 @@ async def test_once_job_starts_within_two_seconds_of_execute_at(stack: Stack) ->
     job = await client.create_job(
         {"taskId": "noop", "schedule": {"type": "once", "executeAt": at.isoformat()}}
     )
-    assert job.next_run_at == job.schedule.execute_at  # type: ignore[union-attr]
+    assert isinstance(job.schedule, OnceSchedule)
+    assert job.next_run_at == job.schedule.execute_at
     await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=10)
     [run] = await wait_executions(client, job.id, lambda rs: len(rs) == 1)
     assert run.scheduled_for == job.next_run_at
@@ -83,7 +84,9 @@ async def test_failing_task_retries_with_growing_delays_then_succeeds(
     assert waits[0] > 0.2 and waits[1] > waits[0], f"backoff must grow: {waits}"
     done = await wait_job(client, job.id, {"SUCCEEDED"})
     assert done.last_error is None
-    [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
+    [run] = await wait_executions(
+        client, job.id, lambda rs: bool(rs) and rs[0].status == "SUCCEEDED"
+    )
     assert run.attempt == 3
     assert run.error is None
     assert [(a.attempt, a.outcome, a.redelivered) for a in run.attempts] == [
@@ -105,7 +108,7 @@ async def test_task_failing_every_attempt_ends_failed_with_the_error(stack: Stac
     done = await wait_job(client, job.id, {"FAILED"}, timeout_s=15)
     assert done.last_run_status == ExecutionStatus.FAILED
     assert done.last_error and "failing on purpose: attempt 3" in done.last_error
-    [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "FAILED")
+    [run] = await wait_executions(client, job.id, lambda rs: bool(rs) and rs[0].status == "FAILED")
     assert run.attempt == 3
     assert run.error and "TaskFailed" in run.error
     failed = await client.list_jobs(status="FAILED")

@@ -13,6 +13,7 @@ from typing import Any
 
 import nats
 import pytest
+from nats.aio.client import Client
 
 from bus.auth import read_credentials
 from core.model import ExecutionStatus
@@ -53,7 +54,9 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         assert [(e.attempt, e.worker_id) for e in running] == [(1, "w1"), (2, "w2")]
         assert (running[1].at - killed_at).total_seconds() >= 0
         assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
-        [run] = await wait_executions(client, job.id, lambda rs: rs and rs[0].status == "SUCCEEDED")
+        [run] = await wait_executions(
+            client, job.id, lambda rs: bool(rs) and rs[0].status == "SUCCEEDED"
+        )
         assert (run.attempt, run.worker_id) == (2, "w2")
         lost, redelivered = run.attempts
         assert (lost.attempt, lost.worker_id, lost.started_at) == (1, "w1", running[0].started_at)
@@ -66,7 +69,7 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
 
 async def dev_exports(env: dict[str, str], data: Path) -> dict[str, str]:
     """What `eval "$(jobsched dev-env)"` sets in a shell, by name."""
-    names = ("URL", "TOKEN", "NATS_URL", "NATS_CREDENTIALS")
+    names = ("URL", "TOKEN", "NATS_URL", "NATS_INBOX_PREFIX")
     script = f'eval "$({sys.executable} -m jobsched dev-env)" && echo ' + " ".join(
         f'"${name}"' for name in names
     )
@@ -184,9 +187,8 @@ async def test_sigterm_stops_dev_cleanly(make_settings: SettingsFactory, tmp_pat
         url, token = await read_dev_file(data, dev)
         exports = await dev_exports(env, data)
         assert [exports["URL"], exports["TOKEN"]] == [url, token]
-        creds = read_credentials(exports["NATS_CREDENTIALS"])
-        nc = await nats.connect(  # dev's own nats-server, as an API client
-            exports["NATS_URL"], user=creds.user, password=creds.password
+        nc = await nats.connect(  # dev's own nats-server, as an API client (the auth callout)
+            exports["NATS_URL"], token=token, inbox_prefix=exports["NATS_INBOX_PREFIX"]
         )
         await nc.close()
         dev.proc.send_signal(signal.SIGTERM)
@@ -349,21 +351,23 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
     make_settings: SettingsFactory, tmp_path: Path
 ) -> None:
     """Issue 12: `jobsched dev` generates its NATS users into the data dir (0600), every
-    connection authenticates, an API client connects as the `api` user and can do nothing else,
-    and no secret (token, signing key, NATS password) reaches a log."""
+    connection authenticates, an API client connects with its token (the auth callout) and can
+    do nothing else, and no secret (token, signing key, NATS password, the callout's issuer
+    seed) reaches a log."""
     data = tmp_path / "dev-data"
     env = dev_env(make_settings, data)
     dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev.log")
     try:
         url, token = await read_dev_file(data, dev)
         exports = await dev_exports(env, data)
-        with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
-            await nats.connect(exports["NATS_URL"], allow_reconnect=False, connect_timeout=2)
-        creds = read_credentials(exports["NATS_CREDENTIALS"])
+        anonymous = Client()
+        try:
+            with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
+                await anonymous.connect(exports["NATS_URL"], allow_reconnect=False)
+        finally:
+            await anonymous.close()  # nats-py leaves a refused socket open otherwise
         prefix = load_settings(env).subject_prefix
-        async with NatsJobschedClient(
-            exports["NATS_URL"], token, prefix=prefix, credentials=creds
-        ) as api:
+        async with NatsJobschedClient(exports["NATS_URL"], token, prefix=prefix) as api:
             job = await api.create_job({"taskId": "noop"})
         async with JobschedClient(url, token) as client:
             assert (await wait_job(client, job.id, {"SUCCEEDED", "FAILED"})).status == "SUCCEEDED"
@@ -373,7 +377,10 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
             errors.append(str(e))
 
         nc = await nats.connect(
-            exports["NATS_URL"], user=creds.user, password=creds.password, error_cb=on_error
+            exports["NATS_URL"],
+            token=token,
+            inbox_prefix=exports["NATS_INBOX_PREFIX"],
+            error_cb=on_error,
         )
         try:
             await nc.subscribe(f"{prefix}.>")
@@ -391,7 +398,8 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
         }
         assert (data / "nats-creds").stat().st_mode & 0o777 == 0o700
         secrets = [token, (data / "auth-secret").read_text().strip()]
-        secrets += [read_credentials(f).password for f in (data / "nats-creds").iterdir()]
+        secrets += [read_credentials(f).password for f in (data / "nats-creds").glob("*.json")]
+        secrets.append((data / "nats-creds" / "nats-callout-issuer.nk").read_text().strip())
     finally:
         dev.terminate()
         dev.close()

@@ -9,11 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from core.model import ACTIVE_EXECUTION_STATUSES, Execution
+from core.model import ACTIVE_EXECUTION_STATUSES, Execution, ExecutionStatus
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
-from tests.e2e.test_metrics import free_port, scrape_until, value
-from tests.support import Child, Stack, env_for, executions, start_stack, wait_executions
+from tests.e2e.test_metrics import scrape_until, value
+from tests.support import (
+    Child,
+    Stack,
+    env_for,
+    executions,
+    free_port,
+    start_stack,
+    wait_executions,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +135,6 @@ async def _skipped_records_are_pruned(stack: Stack) -> None:
             ),
             what="at most 3 SKIPPED records beside the running run",
         )
-        assert [r.status for r in runs].count("RUNNING") == 1
+        assert [r.status for r in runs].count(ExecutionStatus.RUNNING) == 1
     finally:
         await client.cancel_job(job.id)

@@ -12,7 +12,7 @@ import pytest
 
 from core.clock import FakeClock
 from tests.conftest import SettingsFactory
-from tests.support import start_stack, wait_executions
+from tests.support import start_stack, succeeded, wait_executions
 
 CASES = {
     c["id"]: c
@@ -65,9 +65,7 @@ async def test_cron_runs_fire_at_the_case_instants(
         for n, fire in enumerate(fires, start=1):
             await clock.set(utc(fire) - timedelta(seconds=1))
             await clock.set(utc(fire))
-            await wait_executions(
-                client, job.id, lambda rs, n=n: sum(r.status == "SUCCEEDED" for r in rs) == n
-            )
+            await wait_executions(client, job.id, succeeded(n))
         runs = await wait_executions(client, job.id, lambda rs: len(rs) == len(fires))
     assert sorted(r.scheduled_for for r in runs) == [utc(f) for f in fires]
     assert all(r.trigger == "schedule" for r in runs)

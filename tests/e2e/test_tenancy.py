@@ -5,6 +5,7 @@ runs-per-minute quota holding runs back (never dropping them) while other users'
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
@@ -39,9 +40,9 @@ def over_nats(stack: Stack, tok: str) -> NatsJobschedClient:
     )
 
 
-async def refused(call: object) -> ApiError:
+async def refused(call: Awaitable[object]) -> ApiError:
     with pytest.raises(ApiError) as info:
-        await call  # type: ignore[misc]
+        await call
     return info.value
 
 

@@ -9,6 +9,8 @@ leader and force an election).
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +20,8 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from jobsched.natsserver import NatsServer
+from bus.auth import Credentials
+from tests.natsauth import ADMIN_USER, AuthedNatsServer
 
 NODES = ("n1", "n2", "n3")
 
@@ -40,17 +43,19 @@ class NatsCluster:
     def __init__(self, binary: str, root: Path) -> None:
         cluster_ports = _free_ports(len(NODES))
         routes = ",".join(f"nats://127.0.0.1:{p}" for p in cluster_ports)
+        admin = Credentials(ADMIN_USER, secrets.token_hex(16))  # the same on every node
         self.nodes = {
-            name: NatsServer(
+            name: AuthedNatsServer(
                 binary,
                 root / name,
                 log_file=root / f"{name}.log",
                 name=name,
                 monitor=True,
-                extra_args=(
-                    *("--cluster_name", "jobsched"),
-                    *("--cluster", f"nats://127.0.0.1:{port}"),
-                    *("--routes", routes),
+                admin=admin,
+                extra_config=(
+                    "cluster {\n  name: jobsched\n"
+                    f'  listen: "127.0.0.1:{port}"\n'
+                    f"  routes: {json.dumps(routes.split(','))}\n}}\n"
                 ),
             )
             for name, port in zip(NODES, cluster_ports, strict=True)

@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from core.clock import Clock, SystemClock
+from core.ports import JobStore
 from gateway.app import GatewayConfig, GatewayDeps, create_app
 from gateway.auth import mint_token
 from jobsched.tasks import builtin_catalog
@@ -22,7 +23,7 @@ from tests.conftest import TEST_SECRET
 @dataclass
 class Api:
     url: str
-    store: SqliteStore
+    store: JobStore
     session: aiohttp.ClientSession
 
     def auth(self, user: str = "alice") -> dict[str, str]:

@@ -353,7 +353,7 @@ def expired_token() -> str:
         ),
         (
             "alg none",
-            {"Authorization": "Bearer " + jwt.encode({"sub": "alice"}, None, algorithm="none")},
+            {"Authorization": "Bearer " + jwt.encode({"sub": "alice"}, "", algorithm="none")},
         ),
     ],
 )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import aiohttp
 import jwt
@@ -28,6 +28,14 @@ from tests.conftest import TEST_SECRET
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 CRON = {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 3 * * *"}}
+
+
+class Caller(TypedDict):
+    """Who :meth:`Gateway.call` mints the token for."""
+
+    user: str
+    role: Role
+    scopes: NotRequired[frozenset[str]]
 
 
 @dataclass
@@ -193,20 +201,20 @@ async def test_an_admin_lists_and_acts_on_every_users_jobs_under_their_own_name(
     alices = await gw.create("alice")
     await open_deployment.clock.advance(1)
     bobs = await gw.create("bob")
-    admin = {"user": "root", "role": Role.ADMIN}
-    status, page, _ = await gw.call("GET", "/jobs", params={"allUsers": "true"}, **admin)  # type: ignore[arg-type]
+    admin = Caller(user="root", role=Role.ADMIN)
+    status, page, _ = await gw.call("GET", "/jobs", params={"allUsers": "true"}, **admin)
     assert status == 200 and [j["id"] for j in page["items"]] == [bobs["id"], alices["id"]]
-    status, page, _ = await gw.call("GET", "/jobs", params={"owner": "bob"}, **admin)  # type: ignore[arg-type]
+    status, page, _ = await gw.call("GET", "/jobs", params={"owner": "bob"}, **admin)
     assert [j["id"] for j in page["items"]] == [bobs["id"]]
-    status, page, _ = await gw.call("GET", "/jobs", **admin)  # type: ignore[arg-type]
+    status, page, _ = await gw.call("GET", "/jobs", **admin)
     assert page["items"] == [], "without a filter an admin lists their own jobs"
-    status, job, _ = await gw.call("GET", f"/jobs/{bobs['id']}", **admin)  # type: ignore[arg-type]
+    status, job, _ = await gw.call("GET", f"/jobs/{bobs['id']}", **admin)
     assert status == 200 and job["owner"] == "bob"
     await open_deployment.clock.advance(1)
-    status, job, _ = await gw.call("POST", f"/jobs/{bobs['id']}/pause", **admin)  # type: ignore[arg-type]
+    status, job, _ = await gw.call("POST", f"/jobs/{bobs['id']}/pause", **admin)
     assert status == 200 and job["status"] == "PAUSED" and job["owner"] == "bob"
     await open_deployment.clock.advance(1)
-    status, run, _ = await gw.call("POST", f"/jobs/{bobs['id']}/trigger", **admin)  # type: ignore[arg-type]
+    status, run, _ = await gw.call("POST", f"/jobs/{bobs['id']}/trigger", **admin)
     assert status == 201 and run["owner"] == "bob"
     status, trail, _ = await gw.call("GET", f"/jobs/{bobs['id']}/audit", user="bob")
     assert [(r["action"], r["actor"], r["actorRole"], r["owner"]) for r in trail["items"]] == [
@@ -217,10 +225,10 @@ async def test_an_admin_lists_and_acts_on_every_users_jobs_under_their_own_name(
     assert trail["items"][0]["executionId"] == run["id"]
     status, done, _ = await gw.call(
         "GET", "/audit", params={"actor": "root", "allUsers": "true"}, **admin
-    )  # type: ignore[arg-type]
+    )
     assert [r["action"] for r in done["items"]] == ["triggered", "paused"]
     await open_deployment.clock.advance(1)
-    status, _, _ = await gw.call("DELETE", f"/jobs/{bobs['id']}", **admin)  # type: ignore[arg-type]
+    status, _, _ = await gw.call("DELETE", f"/jobs/{bobs['id']}", **admin)
     assert status == 204
     status, trail, _ = await gw.call("GET", "/audit", user="bob")
     assert trail["items"][0]["action"] == "deleted" and trail["items"][0]["actor"] == "root"
@@ -231,10 +239,10 @@ async def test_a_read_only_admin_reads_everything_and_changes_nothing(
 ) -> None:
     gw = open_deployment.gw
     bobs = await gw.create("bob")
-    viewer = {"user": "dash", "role": Role.ADMIN, "scopes": frozenset({READ})}
-    status, page, _ = await gw.call("GET", "/jobs", params={"allUsers": "true"}, **viewer)  # type: ignore[arg-type]
+    viewer = Caller(user="dash", role=Role.ADMIN, scopes=frozenset({READ}))
+    status, page, _ = await gw.call("GET", "/jobs", params={"allUsers": "true"}, **viewer)
     assert status == 200 and len(page["items"]) == 1
-    status, problem, _ = await gw.call("POST", f"/jobs/{bobs['id']}/cancel", **viewer)  # type: ignore[arg-type]
+    status, problem, _ = await gw.call("POST", f"/jobs/{bobs['id']}/cancel", **viewer)
     assert (status, problem["code"]) == (403, "forbidden")
 
 

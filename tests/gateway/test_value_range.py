@@ -69,7 +69,7 @@ async def api(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[A
     server = TestServer(create_app(deps), host="127.0.0.1")
     await server.start_server()
     async with aiohttp.ClientSession() as session:
-        yield Api(str(server.make_url("")).rstrip("/"), store, session)  # type: ignore[arg-type]
+        yield Api(str(server.make_url("")).rstrip("/"), store, session)
     await server.close()
     await store.close()
 

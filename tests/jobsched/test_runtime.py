@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from bus.callout import new_issuer_seed, write_issuer_seed
+from core.errors import ConfigError
 from core.history import Retention
 from core.settings import load_settings
-from jobsched.runtime import retention_config, run_actors
+from jobsched.runtime import Roles, callout_issuer, retention_config, run_actors
 
 
 class MissesOneCancellation:
@@ -86,3 +89,16 @@ def test_the_retention_settings_reach_the_pruner() -> None:
 
     assert config.default == Retention(keep_last=7, max_age_s=None)
     assert (config.sweep_interval_s, config.partitions) == (60.0, 16)
+
+
+def test_a_gateway_reads_the_callout_issuer_before_it_connects(tmp_path: Path) -> None:
+    missing = {"JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE": str(tmp_path / "missing.nk")}
+    with pytest.raises(ConfigError, match="JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE"):
+        callout_issuer(load_settings(missing), Roles(gateway=True))
+    assert callout_issuer(load_settings(missing), Roles(worker=True)) is None
+    assert callout_issuer(load_settings({}), Roles(gateway=True)) is None
+    seed_file = tmp_path / "issuer.nk"
+    write_issuer_seed(seed_file, new_issuer_seed())
+    settings = load_settings({"JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE": str(seed_file)})
+    issuer = callout_issuer(settings, Roles(gateway=True))
+    assert issuer is not None and issuer.public_key.startswith("A")

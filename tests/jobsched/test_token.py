@@ -26,7 +26,7 @@ def test_a_default_token_is_a_user_with_every_scope() -> None:
 
 def test_role_and_scope_are_minted_into_the_token() -> None:
     who = principal_from_token(mint("--role", "admin", "--scope", "jobs:read"), TEST_SECRET)
-    assert (who.role, who.scopes) == (Role.ADMIN, {READ})
+    assert (who.role, who.scopes) == (Role.ADMIN, frozenset({READ}))
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,7 @@
-"""Embedded store on SQLite (aiosqlite): the default of ``jobsched dev`` and single-node setups.
+"""The SQLite store itself: connections, transactions, group commits, and the port's methods.
 
-One database file in the data directory, in WAL mode (readers never block the writer) with
-``synchronous=FULL`` so that a committed job survives a power loss. Several processes of one host
-may share the file; writes are serialized by SQLite's lock (``busy_timeout``) and, inside a
-process, by an asyncio lock around each write transaction.
-
-Mutable job fields are columns so that the scheduler's compare-and-set and the recorder's
-conditional transitions are single SQL statements; the immutable part of a job (task,
-schedule, parameters, options) is one msgspec-JSON column.
+See :mod:`store.sqlite` for its durability and locking; :mod:`store.sqlite.schema` for the
+tables and statements, :mod:`store.sqlite.rows` for the row mapping.
 """
 
 from __future__ import annotations
@@ -22,29 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import msgspec
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
-from core.model import (
-    TERMINAL_EXECUTION_STATUSES,
-    TERMINAL_RANK,
-    Attempt,
-    DeadLetter,
-    Execution,
-    ExecutionStatus,
-    Job,
-    JobStatus,
-    MisfirePolicy,
-    Missed,
-    Model,
-    OverlapPolicy,
-    Page,
-    RunTrigger,
-    Schedule,
-    StatusEvent,
-)
+from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
     UNCHANGED,
     Dispatch,
@@ -52,7 +28,6 @@ from core.ports import (
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     PruneResult,
     PruneTarget,
@@ -60,454 +35,45 @@ from core.ports import (
 from core.quotas import Bucket, TokenRequest, take_all
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
-from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
+from store.pages import Keyset
 from store.rows import RowReader
+from store.sqlite.rows import (
+    attempts_column,
+    audit_from_row,
+    audit_row,
+    dead_letter_from_row,
+    dead_letter_row,
+    epoch_ms,
+    event_row,
+    execution_from_row,
+    execution_row,
+    instant,
+    job_from_row,
+    job_row,
+    spec_column,
+    stored_attempts,
+    summary_params,
+)
+from store.sqlite.schema import (
+    ADVANCE,
+    AUDIT_INSERT,
+    DEAD_LETTER_INSERT,
+    EXECUTION_COLUMNS,
+    EXECUTION_INSERT,
+    FINISHED_BEFORE,
+    FINISHED_BEYOND,
+    INDEXES_AFTER_MIGRATIONS,
+    JOB_COLUMNS,
+    JOB_INSERT,
+    JOB_SUMMARY,
+    MIGRATIONS,
+    SCHEMA,
+    TENANCY_SCHEMA,
+    UPSERT_EVENT,
+)
 
 log = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    next_run_at INTEGER,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    last_run_at INTEGER,
-    last_run_status TEXT,
-    last_error TEXT,
-    last_execution_id TEXT,
-    last_scheduled_for INTEGER,
-    last_dispatched_for INTEGER,
-    last_run_scheduled_for INTEGER,
-    run_count INTEGER NOT NULL DEFAULT 0,
-    spec BLOB NOT NULL,
-    idempotency_key TEXT,
-    request_hash TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_owner_created ON jobs (owner, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS jobs_owner_status_created
-    ON jobs (owner, status, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS jobs_owner_last_run_status_created
-    ON jobs (owner, last_run_status, created_at DESC, id DESC);
-CREATE TABLE IF NOT EXISTS executions (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    task_id TEXT NOT NULL,
-    queue TEXT NOT NULL,
-    status TEXT NOT NULL,
-    state_rank INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    max_attempts INTEGER NOT NULL,
-    scheduled_for INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    published_at INTEGER,
-    started_at INTEGER,
-    finished_at INTEGER,
-    next_attempt_at INTEGER,
-    worker_id TEXT,
-    error TEXT,
-    result BLOB,
-    dispatched_by TEXT,
-    extra BLOB,
-    attempts BLOB
-);
-CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
-CREATE INDEX IF NOT EXISTS executions_owner_status
-    ON executions (owner, status, scheduled_for DESC);
-CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
-    WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
-CREATE INDEX IF NOT EXISTS executions_job_finished
-    ON executions (job_id, finished_at DESC, id DESC) WHERE state_rank = 1000000;
-CREATE INDEX IF NOT EXISTS jobs_partition ON jobs (partition, id);
-CREATE TABLE IF NOT EXISTS dead_letters (
-    id TEXT PRIMARY KEY,
-    at INTEGER NOT NULL,
-    source TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    error TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    execution_id TEXT,
-    job_id TEXT,
-    owner TEXT,
-    data BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
-"""
-
-MIGRATIONS = (
-    ("executions", "dispatched_by", "TEXT"),
-    ("executions", "extra", "BLOB"),
-    ("jobs", "idempotency_key", "TEXT"),
-    ("jobs", "request_hash", "TEXT"),
-    ("jobs", "last_dispatched_for", "INTEGER"),
-    ("executions", "attempts", "BLOB"),
-)
-INDEXES_AFTER_MIGRATIONS = """
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
-    ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
-"""
-"""Columns added after a table's first release: (table, column, type), applied on open."""
-
-TENANCY_SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    record BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_job ON audit (job_id, at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS audit_owner ON audit (owner, at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS audit_actor ON audit (actor, at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS audit_at ON audit (at DESC, id DESC);
-CREATE TABLE IF NOT EXISTS quota_buckets (
-    key TEXT PRIMARY KEY,
-    tokens REAL NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at DESC, id DESC);
-"""
-"""Tables of the audit trail (one row per change; the record as msgspec JSON, its filter fields
-as columns) and of the quota buckets (one row per user and bucket), and the indexes of admins'
-listings over every user's jobs."""
-AUDIT_INSERT = "INSERT INTO audit (id, job_id, owner, actor, at, record) VALUES (?, ?, ?, ?, ?, ?)"
-
-JOB_COLUMNS = (
-    "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
-    "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec, "
-    "idempotency_key, last_dispatched_for"
-)
-JOB_INSERT = (
-    f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
-    f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})"
-)
-"""Inserts one job: the values of ``_job_row`` and then ``request_hash`` (None without a key)."""
-EXECUTION_COLUMNS = (
-    "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
-    "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts"
-)
-N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
-
-UPSERT_EVENT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * N_EXECUTION_COLUMNS)})
-ON CONFLICT(id) DO UPDATE SET
-    status = excluded.status,
-    state_rank = excluded.state_rank,
-    attempt = excluded.attempt,
-    updated_at = excluded.updated_at,
-    published_at = COALESCE(executions.published_at, excluded.published_at),
-    started_at = COALESCE(executions.started_at, excluded.started_at),
-    finished_at = excluded.finished_at,
-    next_attempt_at = excluded.next_attempt_at,
-    worker_id = COALESCE(excluded.worker_id, executions.worker_id),
-    error = CASE WHEN excluded.status = 'SUCCEEDED' THEN NULL
-                 ELSE COALESCE(excluded.error, executions.error) END,
-    result = excluded.result
-WHERE excluded.state_rank > executions.state_rank
-"""
-
-JOB_SUMMARY = """
-UPDATE jobs SET
-    status = CASE
-        WHEN status IN ('PAUSED', 'CANCELLED') THEN status
-        WHEN :status IN ('RUNNING', 'RETRYING') THEN 'RUNNING'
-        WHEN next_run_at IS NULL THEN :job_status
-        ELSE 'SCHEDULED' END,
-    last_run_at = COALESCE(
-        (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
-    last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,
-    last_error = CASE WHEN :status = 'SUCCEEDED' THEN NULL
-                      ELSE COALESCE((SELECT error FROM executions WHERE id = :execution_id),
-                                    :error, last_error) END,
-    last_execution_id = :execution_id,
-    last_run_scheduled_for = :scheduled_for,
-    updated_at = :now
-WHERE id = :job_id
-  AND (last_run_scheduled_for IS NULL OR last_run_scheduled_for <= :scheduled_for)
-  AND EXISTS (SELECT 1 FROM executions
-              WHERE id = :execution_id AND state_rank = :rank AND status = :status)
-"""
-
-FINISHED_BEYOND = """
-SELECT id FROM executions
-WHERE job_id = ? AND state_rank = 1000000
-ORDER BY finished_at DESC, id DESC LIMIT ? OFFSET ?
-"""
-"""Finished runs of a job past its ``keep_last`` most recently finished (index
-``executions_job_finished``; the literal rank lets SQLite use the partial index)."""
-
-FINISHED_BEFORE = """
-SELECT id FROM executions
-WHERE job_id = ? AND state_rank = 1000000 AND finished_at < ? AND id IS NOT ?
-ORDER BY finished_at LIMIT ?
-"""
-"""Finished runs of a job that ended before a time, oldest first, but the job's latest run."""
-assert TERMINAL_RANK == 1_000_000, "the SQL of this module spells the terminal rank out"
-
-ADVANCE = """
-UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?,
-    last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
-WHERE id = ? AND next_run_at = ?
-"""
-
-
-class _Spec(Model, kw_only=True, frozen=True):
-    """What a job does and when (the part users set), stored as one JSON column."""
-
-    task_id: str
-    schedule: Schedule
-    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
-    queue: str = "default"
-    max_attempts: int = 3
-    timeout_seconds: float = 300.0
-    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
-    misfire_grace_seconds: float = 60.0
-    max_catch_up: int = 10
-    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
-    history_limit: int | None = None
-    history_max_age_seconds: float | None = None
-
-
-class _Extra(Model, kw_only=True, frozen=True):
-    """Per-run facts that never change after the run is recorded, as one JSON column."""
-
-    trigger: RunTrigger = RunTrigger.SCHEDULE
-    jitter_ms: int = 0
-    skip_reason: str | None = None
-    missed: Missed | None = None
-
-
-JOB_STATUS_AFTER = {
-    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: JobStatus.FAILED,
-    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
-}
-"""A job with no run left takes the status of its last run's outcome."""
-
-_spec_encoder = msgspec.json.Encoder()
-_spec_decoder = msgspec.json.Decoder(_Spec)
-_extra_decoder = msgspec.json.Decoder(_Extra)
-_attempts_decoder = msgspec.json.Decoder(list[Attempt])
-_json_decoder = msgspec.json.Decoder()
-_NO_EXTRA = _spec_encoder.encode(_Extra())
-
-
-def _spec_of(job: Job | JobSpec) -> _Spec:
-    return _Spec(
-        task_id=job.task_id,
-        schedule=job.schedule,
-        parameters=dict(job.parameters),
-        queue=job.queue,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-        misfire_policy=job.misfire_policy,
-        misfire_grace_seconds=job.misfire_grace_seconds,
-        max_catch_up=job.max_catch_up,
-        overlap_policy=job.overlap_policy,
-        history_limit=job.history_limit,
-        history_max_age_seconds=job.history_max_age_seconds,
-    )
-
-
-def _ms(t: datetime | None) -> int | None:
-    return None if t is None else to_epoch_ms(t)
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else from_epoch_ms(ms)
-
-
-def _job_from_row(row: sqlite3.Row) -> Job:
-    spec = _spec_decoder.decode(row["spec"])
-    return Job(
-        id=row["id"],
-        owner=row["owner"],
-        task_id=spec.task_id,
-        schedule=spec.schedule,
-        parameters=spec.parameters,
-        queue=spec.queue,
-        max_attempts=spec.max_attempts,
-        timeout_seconds=spec.timeout_seconds,
-        misfire_policy=spec.misfire_policy,
-        misfire_grace_seconds=spec.misfire_grace_seconds,
-        max_catch_up=spec.max_catch_up,
-        overlap_policy=spec.overlap_policy,
-        history_limit=spec.history_limit,
-        history_max_age_seconds=spec.history_max_age_seconds,
-        status=JobStatus(row["status"]),
-        partition=row["partition"],
-        created_at=from_epoch_ms(row["created_at"]),
-        updated_at=from_epoch_ms(row["updated_at"]),
-        next_run_at=_dt(row["next_run_at"]),
-        last_run_at=_dt(row["last_run_at"]),
-        last_run_status=ExecutionStatus(row["last_run_status"]) if row["last_run_status"] else None,
-        last_error=row["last_error"],
-        last_execution_id=row["last_execution_id"],
-        last_scheduled_for=_dt(row["last_scheduled_for"]),
-        last_dispatched_for=_dt(row["last_dispatched_for"]),
-        run_count=row["run_count"],
-        idempotency_key=row["idempotency_key"],
-    )
-
-
-def _job_row(job: Job) -> tuple[Any, ...]:
-    return (
-        job.id,
-        job.owner,
-        job.partition,
-        job.status.value,
-        _ms(job.next_run_at),
-        to_epoch_ms(job.created_at),
-        to_epoch_ms(job.updated_at),
-        _ms(job.last_run_at),
-        job.last_run_status.value if job.last_run_status else None,
-        job.last_error,
-        job.last_execution_id,
-        _ms(job.last_scheduled_for),
-        job.run_count,
-        _spec_encoder.encode(_spec_of(job)),
-        job.idempotency_key,
-        _ms(job.last_dispatched_for),
-    )
-
-
-def _execution_from_row(row: sqlite3.Row) -> Execution:
-    extra = _extra_decoder.decode(row["extra"]) if row["extra"] else _Extra()
-    return Execution(
-        id=row["id"],
-        job_id=row["job_id"],
-        owner=row["owner"],
-        partition=row["partition"],
-        task_id=row["task_id"],
-        queue=row["queue"],
-        status=ExecutionStatus(row["status"]),
-        state_rank=row["state_rank"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        scheduled_for=from_epoch_ms(row["scheduled_for"]),
-        created_at=from_epoch_ms(row["created_at"]),
-        updated_at=from_epoch_ms(row["updated_at"]),
-        published_at=_dt(row["published_at"]),
-        started_at=_dt(row["started_at"]),
-        finished_at=_dt(row["finished_at"]),
-        next_attempt_at=_dt(row["next_attempt_at"]),
-        worker_id=row["worker_id"],
-        error=row["error"],
-        result=None if row["result"] is None else _json_decoder.decode(row["result"]),
-        dispatched_by=row["dispatched_by"],
-        trigger=extra.trigger,
-        jitter_ms=extra.jitter_ms,
-        skip_reason=extra.skip_reason,
-        missed=extra.missed,
-        attempts=_attempts_decoder.decode(row["attempts"]) if row["attempts"] else [],
-    )
-
-
-def _execution_row(e: Execution) -> tuple[Any, ...]:
-    return (
-        e.id,
-        e.job_id,
-        e.owner,
-        e.partition,
-        e.task_id,
-        e.queue,
-        e.status.value,
-        e.state_rank,
-        e.attempt,
-        e.max_attempts,
-        to_epoch_ms(e.scheduled_for),
-        to_epoch_ms(e.created_at),
-        to_epoch_ms(e.updated_at),
-        _ms(e.published_at),
-        _ms(e.started_at),
-        _ms(e.finished_at),
-        _ms(e.next_attempt_at),
-        e.worker_id,
-        e.error,
-        None if e.result is None else msgspec.json.encode(e.result),
-        e.dispatched_by,
-        _spec_encoder.encode(
-            _Extra(
-                trigger=e.trigger,
-                jitter_ms=e.jitter_ms,
-                skip_reason=e.skip_reason,
-                missed=e.missed,
-            )
-        ),
-        _spec_encoder.encode(e.attempts) if e.attempts else None,
-    )
-
-
-def _event_row(ev: StatusEvent) -> tuple[Any, ...]:
-    at = to_epoch_ms(ev.at)
-    return (
-        ev.execution_id,
-        ev.job_id,
-        ev.owner,
-        ev.partition,
-        ev.task_id,
-        ev.queue,
-        ev.status.value,
-        ev.rank,
-        ev.attempt,
-        ev.max_attempts,
-        to_epoch_ms(ev.scheduled_for),
-        at,
-        at,
-        _ms(ev.published_at),
-        _ms(ev.started_at),
-        _ms(ev.finished_at),
-        _ms(ev.next_attempt_at),
-        ev.worker_id,
-        ev.error,
-        None if ev.result is None else msgspec.json.encode(ev.result),
-        None,
-        _NO_EXTRA,
-        None,
-    )
-
-
-def _summary_params(ev: StatusEvent) -> dict[str, Any]:
-    return {
-        "status": ev.status.value,
-        "job_status": JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED).value,
-        "started_at": _ms(ev.started_at),
-        "terminal": ev.status in TERMINAL_EXECUTION_STATUSES,
-        "error": ev.error,
-        "execution_id": ev.execution_id,
-        "scheduled_for": to_epoch_ms(ev.scheduled_for),
-        "now": to_epoch_ms(ev.at),
-        "job_id": ev.job_id,
-        "rank": ev.rank,
-    }
-
-
-def _dead_letter_from_row(row: sqlite3.Row) -> DeadLetter:
-    return DeadLetter(
-        id=row["id"],
-        at=from_epoch_ms(row["at"]),
-        source=row["source"],
-        reason=row["reason"],
-        error=row["error"],
-        subject=row["subject"],
-        size=row["size"],
-        execution_id=row["execution_id"],
-        job_id=row["job_id"],
-        owner=row["owner"],
-        data=bytes(row["data"]),
-    )
 
 
 def path_from_url(url: str) -> Path:
@@ -637,6 +203,19 @@ class SqliteStore:
         with _translated():
             return list(await self._r.execute_fetchall(sql, params))
 
+    async def _fetch_page(
+        self, select: str, where: list[str], params: list[Any], page: Keyset, sort: str
+    ) -> list[sqlite3.Row]:
+        """The rows of one page of ``select … WHERE where``, newest first by ``(sort, id)``:
+        those before the page's cursor, one more than it holds (see :class:`Keyset`)."""
+        if page.after is not None:
+            where = [*where, f"({sort}, id) < (?, ?)"]
+            params = [*params, *page.after]
+        return await self._fetch(
+            f"{select} WHERE {' AND '.join(where) or '1'} ORDER BY {sort} DESC, id DESC LIMIT ?",
+            [*params, page.fetch],
+        )
+
     async def ping(self) -> None:
         await self._fetch("SELECT 1")
 
@@ -673,13 +252,13 @@ class SqliteStore:
         created = [(e, j) for (j, _), e in zip(batch, audits, strict=True) if e is not None]
         try:
             async with self._transaction() as conn:
-                await conn.executemany(JOB_INSERT, [(*_job_row(j), None) for j, _ in batch])
+                await conn.executemany(JOB_INSERT, [(*job_row(j), None) for j, _ in batch])
                 await _insert_audit(conn, [audit_record(e, None, j) for e, j in created])
         except (sqlite3.IntegrityError, StoreRejected):
             for (job, done), entry in zip(batch, audits, strict=True):  # a duplicate id or a
                 try:  # job refused: each on its own
                     async with self._transaction() as conn:
-                        await conn.execute(JOB_INSERT, (*_job_row(job), None))
+                        await conn.execute(JOB_INSERT, (*job_row(job), None))
                         if entry is not None:
                             await _insert_audit(conn, [audit_record(entry, None, job)])
                     done.set_result(None)
@@ -709,10 +288,10 @@ class SqliteStore:
                 )
                 if rows:
                     raise IdempotencyKeyReused(
-                        _job_from_row(rows[0]), same_request=rows[0]["request_hash"] == request_hash
+                        job_from_row(rows[0]), same_request=rows[0]["request_hash"] == request_hash
                     )
             try:
-                await conn.execute(JOB_INSERT, (*_job_row(job), request_hash))
+                await conn.execute(JOB_INSERT, (*job_row(job), request_hash))
             except sqlite3.IntegrityError:
                 raise Conflict(f"job {job.id} exists") from None
             if audit is not None:
@@ -736,27 +315,28 @@ class SqliteStore:
             )
             if not rows:
                 raise JobNotFound(f"job {job_id} not found")
-            current = _job_from_row(rows[0])
+            current = job_from_row(rows[0])
             if change.allowed_from is not None and current.status not in change.allowed_from:
                 raise JobStatusConflict(job_id, current.status, change.action)
-            sets, params = ["updated_at = ?"], [to_epoch_ms(now)]
+            sets = ["updated_at = ?"]
+            params: list[Any] = [to_epoch_ms(now)]
             if change.status is not None:
                 sets.append("status = ?")
-                params.append(change.status.value)  # type: ignore[arg-type]
+                params.append(change.status.value)
             if change.next_run_at is not UNCHANGED:
                 assert change.next_run_at is None or isinstance(change.next_run_at, datetime)
                 sets.append("next_run_at = ?")
-                params.append(_ms(change.next_run_at))  # type: ignore[arg-type]
+                params.append(epoch_ms(change.next_run_at))
             if change.spec is not None:
                 sets.append("spec = ?")
-                params.append(_spec_encoder.encode(_spec_of(change.spec)))  # type: ignore[arg-type]
+                params.append(spec_column(change.spec))
             await conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
             rows = list(
                 await conn.execute_fetchall(
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
                 )
             )
-            after = _job_from_row(rows[0])
+            after = job_from_row(rows[0])
             if audit is not None:
                 await _insert_audit(conn, [audit_record(audit, current, after)])
         return after
@@ -774,11 +354,7 @@ class SqliteStore:
         self, execution: Execution, *, audit: AuditEntry | None = None
     ) -> bool:
         async with self._transaction() as conn:
-            cur = await conn.execute(
-                f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
-                f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})",
-                _execution_row(execution),
-            )
+            cur = await conn.execute(EXECUTION_INSERT, execution_row(execution))
             if cur.rowcount == 1 and audit is not None:
                 await _insert_audit(conn, [audit_record(audit, None, None)])
             return cur.rowcount == 1
@@ -802,12 +378,13 @@ class SqliteStore:
         )
         if not rows:
             raise JobNotFound(f"job {job_id} not found")
-        return _job_from_row(rows[0])
+        return job_from_row(rows[0])
 
     async def list_jobs(
         self, owner: str | None, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
-        where, params = (["owner = ?"], [owner]) if owner is not None else (["1"], [])
+        where: list[str] = [] if owner is None else ["owner = ?"]
+        params: list[Any] = [] if owner is None else [owner]
         if query.status is not None:
             where.append("status = ?")
             params.append(query.status.value)
@@ -816,48 +393,35 @@ class SqliteStore:
             params.append(query.last_run_status.value)
         if query.created_from is not None:
             where.append("created_at >= ?")
-            params.append(to_epoch_ms(query.created_from))  # type: ignore[arg-type]
+            params.append(to_epoch_ms(query.created_from))
         if query.created_to is not None:
             where.append("created_at < ?")
-            params.append(to_epoch_ms(query.created_to))  # type: ignore[arg-type]
-        if cursor is not None:
-            created_ms, last_id = decode_cursor(cursor)
-            where.append("(created_at, id) < (?, ?)")
-            params.extend([created_ms, last_id])  # type: ignore[list-item]
-        rows = await self._fetch(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, id DESC LIMIT ?",
-            [*params, limit + 1],
+            params.append(to_epoch_ms(query.created_to))
+        page = Keyset.of(limit, cursor)
+        rows = await self._fetch_page(
+            f"SELECT {JOB_COLUMNS} FROM jobs", where, params, page, "created_at"
         )
-        items = [_job_from_row(r) for r in rows[:limit]]
-        more = len(rows) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].created_at), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
+        return page.page(rows, job_from_row, lambda j: (j.created_at, j.id))
 
     async def list_executions(
         self, owner: str, job_id: str, *, limit: int, cursor: str | None
     ) -> Page[Execution]:
         await self.get_job(owner, job_id)
-        where, params = ["job_id = ?"], [job_id]
-        if cursor is not None:
-            sf_ms, last_id = decode_cursor(cursor)
-            where.append("(scheduled_for, id) < (?, ?)")
-            params.extend([sf_ms, last_id])  # type: ignore[list-item]
-        rows = await self._fetch(
-            f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE {' AND '.join(where)} "
-            "ORDER BY scheduled_for DESC, id DESC LIMIT ?",
-            [*params, limit + 1],
+        page = Keyset.of(limit, cursor)
+        rows = await self._fetch_page(
+            f"SELECT {EXECUTION_COLUMNS} FROM executions",
+            ["job_id = ?"],
+            [job_id],
+            page,
+            "scheduled_for",
         )
-        items = [_execution_from_row(r) for r in rows[:limit]]
-        more = len(rows) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].scheduled_for), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
+        return page.page(rows, execution_from_row, lambda e: (e.scheduled_for, e.id))
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         rows = await self._fetch(
             f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?", (execution_id,)
         )
-        return _execution_from_row(rows[0]) if rows else None
+        return execution_from_row(rows[0]) if rows else None
 
     async def get_jobs(self, job_ids: Collection[str]) -> list[Job]:
         ids = list(job_ids)
@@ -892,7 +456,7 @@ class SqliteStore:
                 ADVANCE,
                 [
                     (
-                        _ms(d.next_run_at),
+                        epoch_ms(d.next_run_at),
                         to_epoch_ms(d.execution.scheduled_for),
                         now,
                         d.execution.status == ExecutionStatus.QUEUED,
@@ -912,9 +476,8 @@ class SqliteStore:
                 )
             }
             await conn.executemany(
-                f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
-                f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})",
-                [_execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
+                EXECUTION_INSERT,
+                [execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
             )
         return [
             DispatchOutcome(created=ok and d.execution.id not in existing, advanced=ok)
@@ -930,7 +493,7 @@ class SqliteStore:
             f"({', '.join('?' * len(ids))})",
             ids,
         )
-        return advanced(runs, {r[0]: (_dt(r[1]), _dt(r[2])) for r in rows})
+        return advanced(runs, {r[0]: (instant(r[1]), instant(r[2])) for r in rows})
 
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
         if not events:
@@ -938,7 +501,7 @@ class SqliteStore:
         events = [storable_event(ev) for ev in events]
         async with self._transaction() as conn:
             before = conn.total_changes
-            await conn.executemany(UPSERT_EVENT, [_event_row(ev) for ev in events])
+            await conn.executemany(UPSERT_EVENT, [event_row(ev) for ev in events])
             changed = conn.total_changes - before
             # A job summary applies only if its event's rank is the run's rank now, so an event
             # overtaken by a later one of the same batch (RUNNING, then SUCCEEDED) is skipped.
@@ -948,7 +511,7 @@ class SqliteStore:
             await conn.executemany(
                 JOB_SUMMARY,
                 [
-                    _summary_params(ev)
+                    summary_params(ev)
                     for ev in events
                     if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
                 ],
@@ -974,10 +537,10 @@ class SqliteStore:
                 [*chunk, NEVER_RAN.value],
             )
             for run_id, raw in rows:
-                stored = _stored_attempts(run_id, raw)
+                stored = stored_attempts(run_id, raw)
                 history = record_attempts(stored, by_run[run_id])
                 if history != stored:
-                    updates.append((_spec_encoder.encode(history), run_id))
+                    updates.append((attempts_column(history), run_id))
         await conn.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
 
     async def prune_executions(
@@ -1047,36 +610,17 @@ class SqliteStore:
         return self._runs(rows)
 
     def _jobs_of(self, rows: Sequence[sqlite3.Row]) -> list[Job]:
-        return self.rows.decode(rows, _job_from_row, what="job", key=lambda r: r["id"])
+        return self.rows.decode(rows, job_from_row, what="job", key=lambda r: r["id"])
 
     def _runs(self, rows: Sequence[sqlite3.Row]) -> list[Execution]:
-        return self.rows.decode(rows, _execution_from_row, what="execution", key=lambda r: r["id"])
+        return self.rows.decode(rows, execution_from_row, what="execution", key=lambda r: r["id"])
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> int:
         if not letters:
             return 0
         async with self._transaction() as conn:
             before = conn.total_changes
-            await conn.executemany(
-                "INSERT OR IGNORE INTO dead_letters (id, at, source, reason, error, subject, "
-                "size, execution_id, job_id, owner, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        x.id,
-                        to_epoch_ms(x.at),
-                        x.source,
-                        x.reason,
-                        x.error,
-                        x.subject,
-                        x.size,
-                        x.execution_id,
-                        x.job_id,
-                        x.owner,
-                        x.data,
-                    )
-                    for x in letters
-                ],
-            )
+            await conn.executemany(DEAD_LETTER_INSERT, [dead_letter_row(x) for x in letters])
             return conn.total_changes - before
 
     async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
@@ -1086,7 +630,7 @@ class SqliteStore:
             [limit],
         )
         return self.rows.decode(
-            rows, _dead_letter_from_row, what="dead letter", key=lambda r: r["id"]
+            rows, dead_letter_from_row, what="dead letter", key=lambda r: r["id"]
         )
 
     # --- tenancy: quotas and the audit trail ----------------------------------------------------
@@ -1169,31 +713,9 @@ class SqliteStore:
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        if cursor is not None:
-            at_ms, last_id = decode_cursor(cursor)
-            where.append("(at, id) < (?, ?)")
-            params.extend([at_ms, last_id])
-        rows = await self._fetch(
-            f"SELECT record FROM audit WHERE {' AND '.join(where) or '1'} "
-            "ORDER BY at DESC, id DESC LIMIT ?",
-            [*params, limit + 1],
-        )
-        items = [_audit_decoder.decode(r[0]) for r in rows[:limit]]
-        more = len(rows) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].at), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
-
-
-def _stored_attempts(run_id: str, raw: bytes | None) -> list[Attempt]:
-    """A run's stored attempts; an unreadable value (a newer version's, edited by hand) is
-    logged and started anew, so it never stops the recorder."""
-    if not raw:
-        return []
-    try:
-        return _attempts_decoder.decode(raw)
-    except msgspec.DecodeError as e:
-        log.warning("sqlite: run %s has unreadable attempts (%s); recording them anew", run_id, e)
-        return []
+        page = Keyset.of(limit, cursor)
+        rows = await self._fetch_page("SELECT record FROM audit", where, params, page, "at")
+        return page.page(rows, audit_from_row, lambda r: (r.at, r.id))
 
 
 async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
@@ -1210,9 +732,6 @@ async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
     return deleted
 
 
-_audit_decoder = msgspec.json.Decoder(AuditRecord)
-
-
 async def _set_synchronous_full(conn: aiosqlite.Connection) -> None:
     await conn.execute("PRAGMA synchronous=FULL")
 
@@ -1220,13 +739,7 @@ async def _set_synchronous_full(conn: aiosqlite.Connection) -> None:
 async def _insert_audit(conn: aiosqlite.Connection, records: Sequence[AuditRecord]) -> None:
     """Insert audit records in the caller's transaction (with the change they describe)."""
     if records:
-        await conn.executemany(
-            AUDIT_INSERT,
-            [
-                (r.id, r.job_id, r.owner, r.actor, to_epoch_ms(r.at), _spec_encoder.encode(r))
-                for r in records
-            ],
-        )
+        await conn.executemany(AUDIT_INSERT, [audit_row(r) for r in records])
 
 
 class _translated:

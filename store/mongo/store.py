@@ -1,699 +1,99 @@
-"""MongoDB store on PyMongo's async API (``pymongo.AsyncMongoClient``).
-
-Selected by ``JOBSCHED_STORE_URL=mongodb://…`` (or ``mongodb+srv://…``); the database is the URL's
-path, ``jobsched`` when it has none. Motor reached its end of life in May 2026; PyMongo's native
-async API is its official successor, so this adapter uses it directly.
-
-Two collections, one document per job and one per run (execution), with the msgspec schema's
-camelCase field names and BSON dates (UTC, milliseconds). :func:`to_document` and
-:func:`from_document` are the one place that maps ``id`` ↔ ``_id`` and converts documents. A field
-whose value is null is absent from the stored document: that keeps ``$min`` ("keep the first
-``startedAt``") correct, since BSON orders null below every date.
-
-Durability and correctness without multi-document transactions:
-
-- Every write is acknowledged by a majority of the replica set and journaled
-  (``WriteConcern(w="majority", j=True)``); retryable writes and reads are on.
-- The scheduler's advance of a job is a compare-and-set on ``nextRunAt``; execution transitions
-  are conditional on ``stateRank`` so a late or duplicate event never moves a run backwards; the
-  job summary is conditional on the run it follows (``lastRunScheduledFor``,
-  ``lastRunStateRank``) and on ``nextRunAt`` (which decides its status).
-- :meth:`MongoStore.dispatch` inserts the executions first (a duplicate key means it existed),
-  then compare-and-sets the jobs, so a crash in between leaves a QUEUED record rather than a lost
-  run; an execution it created for a job it could not advance is deleted again.
-- An idempotency key is unique per owner through a partial unique index: of two concurrent
-  creates with one key, the server lets one insert through, and the other reads the winner.
-- :meth:`MongoStore.update_job` (pause, resume, cancel, PATCH) is one ``findAndModify`` with the
-  allowed statuses in its filter, so no read-modify-write can lose a concurrent change.
-- Driver errors never leave this module: connection loss, timeouts, elections and write-concern
-  failures become :class:`core.errors.StoreUnavailable` (retried by the actors, 503 at the
-  gateway); a duplicate job id becomes :class:`core.errors.Conflict`, a reused idempotency key
-  :class:`core.ports.IdempotencyKeyReused`.
-
-Every query this module sends is served by an index of :data:`INDEXES` (or ``_id``).
+"""The MongoDB store itself: the client, and the port's methods as bulk writes and
+compare-and-sets (see :mod:`store.mongo` for the rules it keeps without transactions).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
-from bson.binary import Binary
-from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
-from pymongo.write_concern import WriteConcern
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
-from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
-from core.model import (
-    TERMINAL_EXECUTION_STATUSES,
-    TERMINAL_RANK,
-    Attempt,
-    DeadLetter,
-    Execution,
-    ExecutionStatus,
-    Job,
-    JobStatus,
-    Model,
-    Page,
-    StatusEvent,
-)
+from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
-    UNCHANGED,
     Dispatch,
     DispatchOutcome,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     PruneResult,
     PruneTarget,
 )
 from core.quotas import Bucket, TokenRequest, take_all
-from core.timeutil import from_epoch_ms, to_epoch_ms, to_utc_ms
 from core.values import storable_event
-from store.cursor import decode_cursor, encode_cursor
 from store.dispatching import advanced
-from store.mongo_errors import duplicate_index, duplicate_indexes, index_error, translated
+from store.mongo.documents import (
+    dead_letter_document,
+    dead_letter_from_document,
+    from_document,
+    stored_attempts,
+    to_document,
+)
+from store.mongo.operations import (
+    MOST_RECENTLY_FINISHED_FIRST,
+    NEWEST_AUDIT_FIRST,
+    NEWEST_JOBS_FIRST,
+    NEWEST_RUNS_FIRST,
+    OLDEST_FINISHED_FIRST,
+    advance_op,
+    applied,
+    audit_query,
+    bucket_write,
+    change_query,
+    change_update,
+    chunks,
+    due_query,
+    executions_query,
+    finished_before_query,
+    finished_query,
+    jobs_query,
+    key_query,
+    partition_query,
+    stale_query,
+    summary_ops,
+    transition_op,
+)
+from store.mongo.schema import (
+    AUDIT,
+    CODEC_OPTIONS,
+    DEAD_LETTERS,
+    DURABLE,
+    EXECUTIONS,
+    FINISHED,
+    ID,
+    IDEMPOTENCY_INDEX,
+    JOBS,
+    QUOTA_BUCKETS,
+    REQUEST_HASH,
+    Document,
+    create_indexes,
+    database_name,
+)
+from store.mongo_errors import duplicate_index, duplicate_indexes, translated
+from store.pages import Keyset
 from store.rows import RowReader
 
 log = logging.getLogger(__name__)
 
-Document = dict[str, Any]
-M = TypeVar("M", bound=Model)
-
-DEFAULT_DATABASE = "jobsched"
-JOBS = "jobs"
-EXECUTIONS = "executions"
-DEAD_LETTERS = "dead_letters"
-AUDIT = "audit"
-QUOTA_BUCKETS = "quota_buckets"
-ID = "_id"
-
-DURABLE = WriteConcern(w="majority", j=True)
-"""Every write: acknowledged by a majority of the replica set, after it reached the journal."""
-
-CODEC_OPTIONS: CodecOptions[Document] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
-"""BSON dates come back as aware UTC datetimes."""
-
-RUN_STATUSES = (ExecutionStatus.RUNNING.value, ExecutionStatus.RETRYING.value)
-
-# Bookkeeping fields of a job document that are not part of the Job schema: the scheduled time
-# and state rank of the run the job's summary (status, lastRun*) follows.
-LAST_RUN_SCHEDULED_FOR = "lastRunScheduledFor"
-LAST_RUN_STATE_RANK = "lastRunStateRank"
-# ... and the hash of the request that created the job (idempotency: same key, same request?).
-REQUEST_HASH = "requestHash"
-
-HELD_JOB_STATUSES = (JobStatus.PAUSED.value, JobStatus.CANCELLED.value)
-"""Job statuses that a run's report never changes (the user's decision stands)."""
-
-JOB_STATUS_AFTER = {
-    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: JobStatus.FAILED,
-    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
-}
-"""A job with no run left takes the status of its last run's outcome (as the SQLite store's
-``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
-
 READ_BACK = {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1, "attempts": 1}
 """Fields of an execution that :meth:`MongoStore.apply_events` reads back after its transitions."""
-
-MAX_SCANS_TO_EXPLODE = 200
-"""The query planner's ``internalQueryMaxScansToExplode``: a ``$in`` over at most this many
-partitions, sorted on the next index key, is answered by one index scan per partition merged in
-order (``SORT_MERGE``); over more, by a blocking in-memory ``SORT`` of every matching document.
-The due and stale queries are therefore sent in chunks of at most this many partitions."""
 
 UPDATE_ATTEMPTS = 3
 """How often a conditional write is retried when the document changed between its write and
 the read that explains why the write matched nothing."""
-
-
-@dataclass(frozen=True, slots=True)
-class IndexSpec:
-    """One declared index.
-
-    Attributes:
-        collection: ``jobs`` or ``executions``.
-        name: the index name on the server.
-        keys: (field, direction) pairs, 1 ascending, -1 descending.
-        serves: the query it exists for.
-        partial: ``partialFilterExpression``; queries repeat it verbatim so the planner can use it.
-        unique: a unique index.
-    """
-
-    collection: str
-    name: str
-    keys: tuple[tuple[str, int], ...]
-    serves: str
-    partial: Mapping[str, Any] | None = None
-    unique: bool = False
-
-    def describe(self) -> str:
-        """Keys and options, for an operator: ``{partition: 1, nextRunAt: 1}, partial {…}``."""
-        keys = ", ".join(f"{k}: {d}" for k, d in self.keys)
-        text = f"{{{keys}}}"
-        if self.partial is not None:
-            text += f", partialFilterExpression {dict(self.partial)}"
-        return text + (", unique" if self.unique else "")
-
-    def model(self) -> IndexModel:
-        options: dict[str, Any] = {"name": self.name}
-        if self.partial is not None:
-            options["partialFilterExpression"] = dict(self.partial)
-        if self.unique:
-            options["unique"] = True
-        return IndexModel(list(self.keys), **options)
-
-
-DUE = {"nextRunAt": {"$type": "date"}}
-"""Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
-FINISHED = {"stateRank": {"$gte": TERMINAL_RANK}}
-"""Partial filter of ``executions_job_finished``: SUCCEEDED, FAILED, CANCELLED and SKIPPED runs."""
-UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
-"""Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
-A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
-filters needs MongoDB 6.0)."""
-KEYED = {"idempotencyKey": {"$type": "string"}}
-"""Partial filter of ``jobs_owner_idempotency_key``: only jobs created with a key are indexed (and
-unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
-IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
-
-INDEXES: tuple[IndexSpec, ...] = (
-    IndexSpec(
-        JOBS,
-        "jobs_due",
-        (("partition", ASCENDING), ("nextRunAt", ASCENDING)),
-        "due_jobs: a scheduler's partitions, next run time <= until, earliest first",
-        partial=DUE,
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_owner_created",
-        (("owner", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
-        "list_jobs without a status filter: newest first, keyset cursor (createdAt, _id)",
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_owner_status_created",
-        (("owner", ASCENDING), ("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
-        "list_jobs?status=…",
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_owner_last_run_status_created",
-        (
-            ("owner", ASCENDING),
-            ("lastRunStatus", ASCENDING),
-            ("createdAt", DESCENDING),
-            (ID, DESCENDING),
-        ),
-        "list_jobs?lastRunStatus=…",
-    ),
-    IndexSpec(
-        JOBS,
-        IDEMPOTENCY_INDEX,
-        (("owner", ASCENDING), ("idempotencyKey", ASCENDING)),
-        "create_job: an idempotency key is unique per owner; the lookup of the job that has it",
-        partial=KEYED,
-        unique=True,
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_created",
-        (("createdAt", DESCENDING), (ID, DESCENDING)),
-        "list_jobs of every user (admins): newest first, keyset cursor (createdAt, _id)",
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_status_created",
-        (("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
-        "list_jobs?status=… of every user (admins)",
-    ),
-    IndexSpec(
-        AUDIT,
-        "audit_job_at",
-        (("jobId", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
-        "list_audit of one job: newest first, keyset cursor (at, _id)",
-    ),
-    IndexSpec(
-        AUDIT,
-        "audit_owner_at",
-        (("owner", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
-        "list_audit of one owner's jobs",
-    ),
-    IndexSpec(
-        AUDIT,
-        "audit_actor_at",
-        (("actor", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
-        "list_audit of one actor's changes (what an admin did)",
-    ),
-    IndexSpec(
-        AUDIT,
-        "audit_at",
-        (("at", DESCENDING), (ID, DESCENDING)),
-        "list_audit of everything (admins)",
-    ),
-    IndexSpec(
-        EXECUTIONS,
-        "executions_job_scheduled",
-        (("jobId", ASCENDING), ("scheduledFor", DESCENDING), (ID, DESCENDING)),
-        "list_executions: a job's runs, newest scheduled time first, keyset cursor",
-    ),
-    IndexSpec(
-        EXECUTIONS,
-        "executions_owner_status_scheduled",
-        (("owner", ASCENDING), ("status", ASCENDING), ("scheduledFor", DESCENDING)),
-        "dashboards of one user: runs by status and scheduled time",
-    ),
-    IndexSpec(
-        EXECUTIONS,
-        "executions_status_scheduled",
-        (("status", ASCENDING), ("scheduledFor", DESCENDING)),
-        "dashboards of all users: runs by status and scheduled time, running jobs",
-    ),
-    IndexSpec(
-        EXECUTIONS,
-        "executions_job_finished",
-        (("jobId", ASCENDING), ("finishedAt", DESCENDING), (ID, DESCENDING)),
-        "prune_executions: a job's finished runs, most recently finished first (count rule) or "
-        "finished before a time (age rule)",
-        partial=FINISHED,
-    ),
-    IndexSpec(
-        JOBS,
-        "jobs_partition",
-        (("partition", ASCENDING), (ID, ASCENDING)),
-        "partition_jobs: the jobs of one partition in id order (the retention sweep)",
-    ),
-    IndexSpec(
-        EXECUTIONS,
-        "executions_open",
-        (("partition", ASCENDING), ("updatedAt", ASCENDING)),
-        "stale_executions: unfinished runs of a scheduler's partitions, oldest transition first",
-        partial=UNFINISHED,
-    ),
-    IndexSpec(
-        DEAD_LETTERS,
-        "dead_letters_at",
-        (("at", DESCENDING), (ID, DESCENDING)),
-        "dead_letters: the latest first",
-    ),
-)
-"""Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;
-execution id ``<jobId>:<scheduledFor>``, so a duplicate dispatch cannot create a second record)."""
-
-
-# --- documents: the one place that maps id <-> _id ----------------------------------------------
-
-
-def to_document(obj: Model) -> Document:
-    """The stored document of a job or an execution: camelCase fields, ``_id``, BSON dates.
-
-    Null fields are left out (absent means null).
-    """
-    fields = msgspec.to_builtins(obj, builtin_types=(datetime,))
-    doc: Document = {ID: fields.pop("id")}
-    doc.update((k, v) for k, v in fields.items() if v is not None)
-    return doc
-
-
-def from_document(doc: Mapping[str, Any], kind: type[M]) -> M:
-    """The struct stored as ``doc`` (unknown fields are ignored, absent ones take defaults)."""
-    fields = {k: v for k, v in doc.items() if k != ID}
-    fields["id"] = doc[ID]
-    return msgspec.convert(fields, kind)
-
-
-def dead_letter_document(letter: DeadLetter) -> Document:
-    """The stored document of a dead letter: its payload as BSON binary."""
-    doc = to_document(letter)
-    doc["data"] = Binary(letter.data)
-    return doc
-
-
-def dead_letter_from_document(doc: Mapping[str, Any]) -> DeadLetter:
-    return from_document({**doc, "data": bytes(doc.get("data", b""))}, DeadLetter)
-
-
-SPEC_FIELDS = {
-    f.name: f.encode_name
-    for f in msgspec.structs.fields(Job)
-    if f.name in {s.name for s in dataclasses.fields(JobSpec)}
-}
-"""The job document's field of each :class:`core.ports.JobSpec` attribute (the Job's renames)."""
-assert len(SPEC_FIELDS) == len(dataclasses.fields(JobSpec)), "a JobSpec field is not a Job field"
-
-
-def spec_fields(spec: JobSpec) -> Document:
-    """The job-document fields of ``spec``, encoded as :func:`to_document` encodes a job's."""
-    return {
-        name: msgspec.to_builtins(getattr(spec, attr), builtin_types=(datetime,))
-        for attr, name in SPEC_FIELDS.items()
-    }
-
-
-def set_or_unset(fields: Mapping[str, Any]) -> Document:
-    """An update that sets the non-null ``fields`` and removes the null ones."""
-    update: Document = {}
-    values = {k: v for k, v in fields.items() if v is not None}
-    nulls = {k: "" for k, v in fields.items() if v is None}
-    if values:
-        update["$set"] = values
-    if nulls:
-        update["$unset"] = nulls
-    return update
-
-
-def database_name(url: str) -> str:
-    """The database named by a ``mongodb://host/<name>?…`` URL, ``jobsched`` when it has none."""
-    return unquote(urlsplit(url).path.lstrip("/")) or DEFAULT_DATABASE
-
-
-# --- queries (pure: tests check that every one is served by an index) ---------------------------
-
-
-def jobs_query(owner: str | None, query: JobQuery, cursor: str | None) -> Document:
-    """The filter of ``list_jobs`` (``owner`` None: every user's); sort with
-    :data:`NEWEST_JOBS_FIRST`."""
-    where: Document = {} if owner is None else {"owner": owner}
-    if query.status is not None:
-        where["status"] = query.status.value
-    if query.last_run_status is not None:
-        where["lastRunStatus"] = query.last_run_status.value
-    created: Document = {}
-    if query.created_from is not None:
-        created["$gte"] = query.created_from
-    if query.created_to is not None:
-        created["$lt"] = query.created_to
-    if cursor is not None:
-        created_ms, last_id = decode_cursor(cursor)
-        after = from_epoch_ms(created_ms)
-        created["$lte"] = after
-        where["$or"] = [{"createdAt": {"$lt": after}}, {ID: {"$lt": last_id}}]
-    if created:
-        where["createdAt"] = created
-    return where
-
-
-NEWEST_JOBS_FIRST = [("createdAt", DESCENDING), (ID, DESCENDING)]
-NEWEST_RUNS_FIRST = [("scheduledFor", DESCENDING), (ID, DESCENDING)]
-
-
-def executions_query(job_id: str, cursor: str | None) -> Document:
-    """The filter of ``list_executions``; sort with :data:`NEWEST_RUNS_FIRST`."""
-    where: Document = {"jobId": job_id}
-    if cursor is not None:
-        sf_ms, last_id = decode_cursor(cursor)
-        after = from_epoch_ms(sf_ms)
-        where["scheduledFor"] = {"$lte": after}
-        where["$or"] = [{"scheduledFor": {"$lt": after}}, {ID: {"$lt": last_id}}]
-    return where
-
-
-def chunks(partitions: Collection[int]) -> list[list[int]]:
-    """``partitions``, sorted, in chunks of at most :data:`MAX_SCANS_TO_EXPLODE`."""
-    parts = sorted(partitions)
-    return [parts[i : i + MAX_SCANS_TO_EXPLODE] for i in range(0, len(parts), MAX_SCANS_TO_EXPLODE)]
-
-
-def due_query(partitions: Sequence[int], until: datetime) -> Document:
-    """The filter of ``due_jobs`` for at most :data:`MAX_SCANS_TO_EXPLODE` partitions (it
-    repeats the partial filter of ``jobs_due``)."""
-    return {
-        "partition": {"$in": list(partitions)},
-        "nextRunAt": {**DUE["nextRunAt"], "$lte": until},
-    }
-
-
-def stale_query(
-    partitions: Sequence[int], updated_before: datetime, updated_after: datetime | None = None
-) -> Document:
-    """The filter of ``stale_executions`` for at most :data:`MAX_SCANS_TO_EXPLODE` partitions
-    (it repeats the partial filter of ``executions_open``)."""
-    updated: Document = {"$lt": updated_before}
-    if updated_after is not None:
-        updated["$gte"] = updated_after
-    return {**UNFINISHED, "partition": {"$in": list(partitions)}, "updatedAt": updated}
-
-
-MOST_RECENTLY_FINISHED_FIRST = [("finishedAt", DESCENDING), (ID, DESCENDING)]
-OLDEST_FINISHED_FIRST = [("finishedAt", ASCENDING), (ID, ASCENDING)]
-
-
-def finished_query(job_id: str) -> Document:
-    """A job's finished runs (it repeats the partial filter of ``executions_job_finished``);
-    sort with :data:`MOST_RECENTLY_FINISHED_FIRST` for the count rule."""
-    return {"jobId": job_id, **FINISHED}
-
-
-def finished_before_query(job_id: str, before: datetime, keep_id: str | None) -> Document:
-    """A job's runs that finished before ``before``, but ``keep_id``; sort with
-    :data:`OLDEST_FINISHED_FIRST`."""
-    where: Document = {**finished_query(job_id), "finishedAt": {"$lt": before}}
-    if keep_id is not None:
-        where[ID] = {"$ne": keep_id}
-    return where
-
-
-def partition_query(partition: int, after: str | None) -> Document:
-    """The filter of ``partition_jobs``; sort by ``_id``."""
-    return {"partition": partition, ID: {"$gt": after or ""}}
-
-
-def advance_op(d: Dispatch, now: datetime) -> UpdateOne:
-    """The compare-and-set of one dispatch: only if ``nextRunAt`` is still the expected one.
-
-    A run sent to the workers (a QUEUED record, not a SKIPPED one) is also the job's
-    ``lastDispatchedFor``.
-    """
-    fields: Document = {
-        "nextRunAt": d.next_run_at,
-        "lastScheduledFor": d.execution.scheduled_for,
-        "updatedAt": now,
-    }
-    if d.execution.status == ExecutionStatus.QUEUED:
-        fields["lastDispatchedFor"] = d.execution.scheduled_for
-    update = set_or_unset(fields)
-    update["$inc"] = {"runCount": 1}
-    return UpdateOne({ID: d.execution.job_id, "nextRunAt": d.expected_next_run_at}, update)
-
-
-def key_query(owner: str, idempotency_key: str) -> Document:
-    """The filter that finds ``owner``'s job created with ``idempotency_key`` (it repeats the
-    partial filter of ``jobs_owner_idempotency_key``)."""
-    return {"owner": owner, "idempotencyKey": {**KEYED["idempotencyKey"], "$eq": idempotency_key}}
-
-
-def change_query(owner: str, job_id: str, change: JobChange) -> Document:
-    """The filter of :meth:`MongoStore.update_job`: the job, if its status allows ``change``."""
-    where: Document = {ID: job_id, "owner": owner}
-    if change.allowed_from is not None:
-        where["status"] = {"$in": sorted(s.value for s in change.allowed_from)}
-    return where
-
-
-def change_update(change: JobChange, now: datetime) -> Document:
-    """The update of :meth:`MongoStore.update_job`: ``updatedAt``, then what ``change`` sets."""
-    fields: Document = {"updatedAt": now}
-    if change.status is not None:
-        fields["status"] = change.status.value
-    if change.next_run_at is not UNCHANGED:
-        if change.next_run_at is not None and not isinstance(change.next_run_at, datetime):
-            raise TypeError(f"JobChange.next_run_at: {change.next_run_at!r} is not an instant")
-        fields["nextRunAt"] = change.next_run_at
-    if change.spec is not None:
-        fields.update(spec_fields(change.spec))
-    return set_or_unset(fields)
-
-
-def applied(job: Job, change: JobChange, now: datetime) -> Job:
-    """``job`` after :func:`change_update` ``(change, now)``: the same fields, set the same way."""
-    fields: dict[str, Any] = {"updated_at": to_utc_ms(now)}
-    if change.status is not None:
-        fields["status"] = change.status
-    if change.next_run_at is not UNCHANGED:
-        assert change.next_run_at is None or isinstance(change.next_run_at, datetime)
-        fields["next_run_at"] = (
-            None if change.next_run_at is None else to_utc_ms(change.next_run_at)
-        )
-    if change.spec is not None:
-        fields.update({f.name: getattr(change.spec, f.name) for f in dataclasses.fields(JobSpec)})
-    return msgspec.structs.replace(job, **fields)
-
-
-def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
-    """The conditional upsert of one event into its execution: applied only if it moves the run
-    forward (``stateRank`` below the event's rank). Same rules as the SQLite store: the first
-    ``publishedAt`` / ``startedAt`` stay, ``workerId`` and ``error`` keep their last known value,
-    SUCCEEDED clears ``error``."""
-    set_: Document = {
-        "status": ev.status.value,
-        "stateRank": ev.rank,
-        "attempt": ev.attempt,
-        "updatedAt": ev.at,
-    }
-    unset: Document = {}
-    for name, value in (
-        ("finishedAt", ev.finished_at),
-        ("nextAttemptAt", ev.next_attempt_at),
-        ("result", ev.result),
-    ):
-        if value is None:
-            unset[name] = ""
-        else:
-            set_[name] = value
-    if ev.worker_id is not None:
-        set_["workerId"] = ev.worker_id
-    if ev.status == ExecutionStatus.SUCCEEDED:
-        unset["error"] = ""
-    elif ev.error is not None:
-        set_["error"] = ev.error
-    first = {
-        k: v
-        for k, v in (("publishedAt", ev.published_at), ("startedAt", ev.started_at))
-        if v is not None
-    }
-    on_insert = {
-        "jobId": ev.job_id,
-        "owner": ev.owner,
-        "partition": ev.partition,
-        "taskId": ev.task_id,
-        "queue": ev.queue,
-        "maxAttempts": ev.max_attempts,
-        "scheduledFor": ev.scheduled_for,
-        "createdAt": ev.at,
-    }
-    update: Document = {"$set": set_, "$setOnInsert": on_insert}
-    if unset:
-        update["$unset"] = unset
-    if first:
-        update["$min"] = first
-    return UpdateOne({ID: ev.execution_id, "stateRank": {"$lt": ev.rank}}, update, upsert=upsert)
-
-
-def summary_ops(
-    ev: StatusEvent, *, first_started_at: datetime | None = None, run_error: str | None = None
-) -> list[UpdateOne]:
-    """The job-summary update of one (non-QUEUED) event whose rank and status are the
-    execution's now; ``first_started_at`` is the run's first start (``lastRunAt``) and
-    ``run_error`` its error now (``lastError``: a run retrying after a failed attempt keeps it,
-    however the events were batched).
-
-    Applied only if the job's summary does not already follow a later run, or a later state of
-    this run (equal is re-applied: idempotent). A PAUSED or CANCELLED job keeps its status. Any
-    other job is RUNNING while a run is in progress; after a terminal event it takes the status
-    :data:`JOB_STATUS_AFTER` that outcome if it has no next run, else SCHEDULED. Updates with
-    exclusive filters on ``status`` and ``nextRunAt`` instead of a read; the first (a held
-    status) goes first, so no later update of the list matches a job an earlier one changed.
-    """
-    sf = ev.scheduled_for
-    where: Document = {
-        ID: ev.job_id,
-        "$or": [
-            {LAST_RUN_SCHEDULED_FOR: None},
-            {LAST_RUN_SCHEDULED_FOR: {"$lt": sf}},
-            {LAST_RUN_SCHEDULED_FOR: sf, LAST_RUN_STATE_RANK: {"$lte": ev.rank}},
-        ],
-    }
-    fields: Document = {
-        "lastExecutionId": ev.execution_id,
-        LAST_RUN_SCHEDULED_FOR: sf,
-        LAST_RUN_STATE_RANK: ev.rank,
-        "updatedAt": ev.at,
-    }
-    unset: Document = {}
-    started = first_started_at or ev.started_at
-    if started is not None:
-        fields["lastRunAt"] = started
-    if ev.status in TERMINAL_EXECUTION_STATUSES:
-        fields["lastRunStatus"] = ev.status.value
-    if ev.status == ExecutionStatus.SUCCEEDED:
-        unset["lastError"] = ""
-    elif (error := run_error if run_error is not None else ev.error) is not None:
-        fields["lastError"] = error
-
-    def op(extra: Document, status: JobStatus | None) -> UpdateOne:
-        update: Document = {
-            "$set": fields if status is None else {**fields, "status": status.value}
-        }
-        if unset:
-            update["$unset"] = unset
-        return UpdateOne({**where, **extra}, update)
-
-    held = op({"status": {"$in": list(HELD_JOB_STATUSES)}}, None)
-    free: Document = {"status": {"$nin": list(HELD_JOB_STATUSES)}}
-    if ev.status.value in RUN_STATUSES:
-        return [held, op(free, JobStatus.RUNNING)]
-    return [
-        held,
-        op({**free, "nextRunAt": None}, JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED)),
-        op({**free, "nextRunAt": {"$ne": None}}, JobStatus.SCHEDULED),
-    ]
-
-
-# --- tenancy: audit records and quota buckets (pure) ---------------------------------------------
-
-NEWEST_AUDIT_FIRST = [("at", DESCENDING), (ID, DESCENDING)]
-
-
-def audit_query(query: AuditQuery, cursor: str | None) -> Document:
-    """The filter of ``list_audit``; sort with :data:`NEWEST_AUDIT_FIRST`. Served by the index of
-    its most selective field (``jobId``, then ``owner``, then ``actor``; ``audit_at`` without
-    one), the other fields filtered on the fetched records."""
-    where: Document = {
-        name: value
-        for name, value in (("jobId", query.job_id), ("owner", query.owner), ("actor", query.actor))
-        if value is not None
-    }
-    if cursor is not None:
-        at_ms, last_id = decode_cursor(cursor)
-        after = from_epoch_ms(at_ms)
-        where["at"] = {"$lte": after}
-        where["$or"] = [{"at": {"$lt": after}}, {ID: {"$lt": last_id}}]
-    return where
-
-
-BUCKET_WRITERS = 16
-"""How many of a bucket's latest writers it remembers (``writers``), so a process can tell
-whether its compare-and-set won even if others wrote the bucket after it."""
-
-
-def bucket_write(
-    key: str, bucket: Bucket, current: Mapping[str, Any] | None, writer: str
-) -> UpdateOne:
-    """The compare-and-set of one quota bucket: only if its revision is still the one read
-    (``current`` None: only if nobody created it meanwhile — an upsert that fails on ``_id``).
-    ``writer`` (unique per attempt) joins the bucket's ``writers``."""
-    fields: Document = {"tokens": bucket.tokens, "updatedAt": bucket.updated_at}
-    mark = {"writers": {"$each": [writer], "$slice": -BUCKET_WRITERS}}
-    if current is None:
-        return UpdateOne(
-            {ID: key, "rev": {"$exists": False}},
-            {"$set": {**fields, "rev": 1}, "$push": mark},
-            upsert=True,
-        )
-    return UpdateOne(
-        {ID: key, "rev": current["rev"]}, {"$set": fields, "$inc": {"rev": 1}, "$push": mark}
-    )
-
-
-# --- the store -----------------------------------------------------------------------------------
 
 
 class MongoStore:
@@ -760,7 +160,7 @@ class MongoStore:
             self.database_name, codec_options=CODEC_OPTIONS, write_concern=DURABLE
         )
         try:
-            await _create_indexes(db)
+            await create_indexes(db)
         except BaseException:
             if client is not self._given_client:
                 await client.close()
@@ -798,6 +198,19 @@ class MongoStore:
     @property
     def _buckets(self) -> AsyncCollection[Document]:
         return self.database[QUOTA_BUCKETS]
+
+    @staticmethod
+    async def _fetch_page(
+        action: str,
+        collection: AsyncCollection[Document],
+        where: Document,
+        sort: list[tuple[str, int]],
+        page: Keyset,
+    ) -> list[Document]:
+        """The documents of one page: ``where`` (already narrowed to the page's cursor), in
+        ``sort`` order, one more than the page holds (see :class:`store.pages.Keyset`)."""
+        with translated(action):
+            return await collection.find(where).sort(sort).limit(page.fetch).to_list()
 
     async def ping(self) -> None:
         with translated("ping"):
@@ -922,30 +335,23 @@ class MongoStore:
     async def list_jobs(
         self, owner: str | None, query: JobQuery, *, limit: int, cursor: str | None
     ) -> Page[Job]:
-        where = jobs_query(owner, query, cursor)
-        with translated("list jobs"):
-            docs = await self._jobs.find(where).sort(NEWEST_JOBS_FIRST).limit(limit + 1).to_list()
-        items = [from_document(d, Job) for d in docs[:limit]]
-        more = len(docs) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].created_at), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
+        page = Keyset.of(limit, cursor)
+        where = jobs_query(owner, query, page)
+        docs = await self._fetch_page("list jobs", self._jobs, where, NEWEST_JOBS_FIRST, page)
+        return page.page(docs, lambda d: from_document(d, Job), lambda j: (j.created_at, j.id))
 
     async def list_executions(
         self, owner: str, job_id: str, *, limit: int, cursor: str | None
     ) -> Page[Execution]:
         await self.get_job(owner, job_id)
-        where = executions_query(job_id, cursor)
-        with translated("list executions"):
-            docs = (
-                await self._executions.find(where)
-                .sort(NEWEST_RUNS_FIRST)
-                .limit(limit + 1)
-                .to_list()
-            )
-        items = [from_document(d, Execution) for d in docs[:limit]]
-        more = len(docs) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].scheduled_for), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
+        page = Keyset.of(limit, cursor)
+        where = executions_query(job_id, page)
+        docs = await self._fetch_page(
+            "list executions", self._executions, where, NEWEST_RUNS_FIRST, page
+        )
+        return page.page(
+            docs, lambda d: from_document(d, Execution), lambda e: (e.scheduled_for, e.id)
+        )
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         with translated("get execution"):
@@ -1236,7 +642,7 @@ class MongoStore:
                 if doc is None or doc.get("status") == NEVER_RAN.value:  # deleted; never ran
                     continue
                 stored = doc.get("attempts")
-                known = _stored_attempts(run_id, stored)
+                known = stored_attempts(run_id, stored)
                 history = record_attempts(known, events)
                 if history == known:
                     continue
@@ -1368,13 +774,12 @@ class MongoStore:
     async def list_audit(
         self, query: AuditQuery, *, limit: int, cursor: str | None
     ) -> Page[AuditRecord]:
-        where = audit_query(query, cursor)
-        with translated("list audit records"):
-            docs = await self._audit.find(where).sort(NEWEST_AUDIT_FIRST).limit(limit + 1).to_list()
-        items = [from_document(d, AuditRecord) for d in docs[:limit]]
-        more = len(docs) > limit
-        nxt = encode_cursor(to_epoch_ms(items[-1].at), items[-1].id) if more else None
-        return Page(items=items, next_cursor=nxt)
+        page = Keyset.of(limit, cursor)
+        where = audit_query(query, page)
+        docs = await self._fetch_page(
+            "list audit records", self._audit, where, NEWEST_AUDIT_FIRST, page
+        )
+        return page.page(docs, lambda d: from_document(d, AuditRecord), lambda r: (r.at, r.id))
 
     async def dead_letters(self, *, limit: int) -> list[DeadLetter]:
         with translated("read dead letters"):
@@ -1388,35 +793,3 @@ class MongoStore:
         return self.rows.decode(
             docs, dead_letter_from_document, what="dead letter", key=lambda d: d.get(ID)
         )
-
-
-async def _create_indexes(db: AsyncDatabase[Document]) -> None:
-    """Create every index of :data:`INDEXES` (idempotent), one at a time so that an index the
-    server cannot create as declared is named.
-
-    Raises:
-        ConfigError: an index of the same name or keys exists with other options, or the server
-            refuses to build it (see :func:`store.mongo_errors.index_error`).
-        StoreUnavailable: the server cannot be reached.
-    """
-    for spec in INDEXES:
-        try:
-            with translated(f"create index {spec.collection}.{spec.name}"):
-                await db[spec.collection].create_indexes([spec.model()])
-        except (StoreUnavailable, StoreRejected) as e:
-            error = index_error(e, spec.collection, spec.name, spec.describe())
-            if error is not None:
-                raise error from None
-            raise
-
-
-def _stored_attempts(run_id: str, stored: Any) -> list[Attempt]:
-    """A run's stored ``attempts``; an unreadable value (a newer version's, edited by hand) is
-    logged and started anew, so it never stops the recorder."""
-    if not stored:
-        return []
-    try:
-        return msgspec.convert(stored, list[Attempt])
-    except msgspec.ValidationError as e:
-        log.warning("mongodb: run %s has unreadable attempts (%s); recording them anew", run_id, e)
-        return []

@@ -1,0 +1,245 @@
+"""Schema of the MongoDB store: its collections, the bookkeeping fields of a job document, the
+write concern and codec options, and every index (:data:`INDEXES`), created by
+:func:`create_indexes`. The document shapes are a public interface: dashboards read them
+(``docs/data-model.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from bson.codec_options import CodecOptions
+from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.write_concern import WriteConcern
+
+from core.errors import StoreRejected, StoreUnavailable
+from core.model import TERMINAL_RANK
+from store.mongo_errors import index_error, translated
+
+Document = dict[str, Any]
+
+DEFAULT_DATABASE = "jobsched"
+JOBS = "jobs"
+EXECUTIONS = "executions"
+DEAD_LETTERS = "dead_letters"
+AUDIT = "audit"
+QUOTA_BUCKETS = "quota_buckets"
+ID = "_id"
+
+DURABLE = WriteConcern(w="majority", j=True)
+"""Every write: acknowledged by a majority of the replica set, after it reached the journal."""
+
+CODEC_OPTIONS: CodecOptions[Document] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
+"""BSON dates come back as aware UTC datetimes."""
+
+# Bookkeeping fields of a job document that are not part of the Job schema: the scheduled time
+# and state rank of the run the job's summary (status, lastRun*) follows.
+LAST_RUN_SCHEDULED_FOR = "lastRunScheduledFor"
+LAST_RUN_STATE_RANK = "lastRunStateRank"
+# ... and the hash of the request that created the job (idempotency: same key, same request?).
+REQUEST_HASH = "requestHash"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSpec:
+    """One declared index.
+
+    Attributes:
+        collection: ``jobs`` or ``executions``.
+        name: the index name on the server.
+        keys: (field, direction) pairs, 1 ascending, -1 descending.
+        serves: the query it exists for.
+        partial: ``partialFilterExpression``; queries repeat it verbatim so the planner can use it.
+        unique: a unique index.
+    """
+
+    collection: str
+    name: str
+    keys: tuple[tuple[str, int], ...]
+    serves: str
+    partial: Mapping[str, Any] | None = None
+    unique: bool = False
+
+    def describe(self) -> str:
+        """Keys and options, for an operator: ``{partition: 1, nextRunAt: 1}, partial {…}``."""
+        keys = ", ".join(f"{k}: {d}" for k, d in self.keys)
+        text = f"{{{keys}}}"
+        if self.partial is not None:
+            text += f", partialFilterExpression {dict(self.partial)}"
+        return text + (", unique" if self.unique else "")
+
+    def model(self) -> IndexModel:
+        options: dict[str, Any] = {"name": self.name}
+        if self.partial is not None:
+            options["partialFilterExpression"] = dict(self.partial)
+        if self.unique:
+            options["unique"] = True
+        return IndexModel(list(self.keys), **options)
+
+
+DUE = {"nextRunAt": {"$type": "date"}}
+"""Partial filter of ``jobs_due``: only jobs with a next run are indexed."""
+FINISHED = {"stateRank": {"$gte": TERMINAL_RANK}}
+"""Partial filter of ``executions_job_finished``: SUCCEEDED, FAILED, CANCELLED and SKIPPED runs."""
+UNFINISHED = {"stateRank": {"$lt": TERMINAL_RANK}}
+"""Partial filter of ``executions_open``: QUEUED, RUNNING and RETRYING runs (rank below terminal).
+A range rather than ``status: {$in: …}`` so it works on every server version (``$in`` in partial
+filters needs MongoDB 6.0)."""
+KEYED = {"idempotencyKey": {"$type": "string"}}
+"""Partial filter of ``jobs_owner_idempotency_key``: only jobs created with a key are indexed (and
+unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
+IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
+
+INDEXES: tuple[IndexSpec, ...] = (
+    IndexSpec(
+        JOBS,
+        "jobs_due",
+        (("partition", ASCENDING), ("nextRunAt", ASCENDING)),
+        "due_jobs: a scheduler's partitions, next run time <= until, earliest first",
+        partial=DUE,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_created",
+        (("owner", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs without a status filter: newest first, keyset cursor (createdAt, _id)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_status_created",
+        (("owner", ASCENDING), ("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?status=…",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_last_run_status_created",
+        (
+            ("owner", ASCENDING),
+            ("lastRunStatus", ASCENDING),
+            ("createdAt", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_jobs?lastRunStatus=…",
+    ),
+    IndexSpec(
+        JOBS,
+        IDEMPOTENCY_INDEX,
+        (("owner", ASCENDING), ("idempotencyKey", ASCENDING)),
+        "create_job: an idempotency key is unique per owner; the lookup of the job that has it",
+        partial=KEYED,
+        unique=True,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_created",
+        (("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs of every user (admins): newest first, keyset cursor (createdAt, _id)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_status_created",
+        (("status", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?status=… of every user (admins)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_job_at",
+        (("jobId", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one job: newest first, keyset cursor (at, _id)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_owner_at",
+        (("owner", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one owner's jobs",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_actor_at",
+        (("actor", ASCENDING), ("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of one actor's changes (what an admin did)",
+    ),
+    IndexSpec(
+        AUDIT,
+        "audit_at",
+        (("at", DESCENDING), (ID, DESCENDING)),
+        "list_audit of everything (admins)",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_job_scheduled",
+        (("jobId", ASCENDING), ("scheduledFor", DESCENDING), (ID, DESCENDING)),
+        "list_executions: a job's runs, newest scheduled time first, keyset cursor",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_owner_status_scheduled",
+        (("owner", ASCENDING), ("status", ASCENDING), ("scheduledFor", DESCENDING)),
+        "dashboards of one user: runs by status and scheduled time",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_status_scheduled",
+        (("status", ASCENDING), ("scheduledFor", DESCENDING)),
+        "dashboards of all users: runs by status and scheduled time, running jobs",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_job_finished",
+        (("jobId", ASCENDING), ("finishedAt", DESCENDING), (ID, DESCENDING)),
+        "prune_executions: a job's finished runs, most recently finished first (count rule) or "
+        "finished before a time (age rule)",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_partition",
+        (("partition", ASCENDING), (ID, ASCENDING)),
+        "partition_jobs: the jobs of one partition in id order (the retention sweep)",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_open",
+        (("partition", ASCENDING), ("updatedAt", ASCENDING)),
+        "stale_executions: unfinished runs of a scheduler's partitions, oldest transition first",
+        partial=UNFINISHED,
+    ),
+    IndexSpec(
+        DEAD_LETTERS,
+        "dead_letters_at",
+        (("at", DESCENDING), (ID, DESCENDING)),
+        "dead_letters: the latest first",
+    ),
+)
+"""Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;
+execution id ``<jobId>:<scheduledFor>``, so a duplicate dispatch cannot create a second record)."""
+
+
+def database_name(url: str) -> str:
+    """The database named by a ``mongodb://host/<name>?…`` URL, ``jobsched`` when it has none."""
+    return unquote(urlsplit(url).path.lstrip("/")) or DEFAULT_DATABASE
+
+
+async def create_indexes(db: AsyncDatabase[Document]) -> None:
+    """Create every index of :data:`INDEXES` (idempotent), one at a time so that an index the
+    server cannot create as declared is named.
+
+    Raises:
+        ConfigError: an index of the same name or keys exists with other options, or the server
+            refuses to build it (see :func:`store.mongo_errors.index_error`).
+        StoreUnavailable: the server cannot be reached.
+    """
+    for spec in INDEXES:
+        try:
+            with translated(f"create index {spec.collection}.{spec.name}"):
+                await db[spec.collection].create_indexes([spec.model()])
+        except (StoreUnavailable, StoreRejected) as e:
+            error = index_error(e, spec.collection, spec.name, spec.describe())
+            if error is not None:
+                raise error from None
+            raise

@@ -1,0 +1,217 @@
+"""Schema of the SQLite store: tables, indexes, migrations, and the SQL statements that its
+compare-and-sets and conditional transitions are (each a single statement).
+
+Mutable job fields are columns; the immutable part of a job is one JSON column (``spec``, see
+:mod:`store.sqlite.rows`). Instants are epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+from core.job_status import HELD_VALUES
+from core.model import TERMINAL_RANK
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    next_run_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    last_run_at INTEGER,
+    last_run_status TEXT,
+    last_error TEXT,
+    last_execution_id TEXT,
+    last_scheduled_for INTEGER,
+    last_dispatched_for INTEGER,
+    last_run_scheduled_for INTEGER,
+    run_count INTEGER NOT NULL DEFAULT 0,
+    spec BLOB NOT NULL,
+    idempotency_key TEXT,
+    request_hash TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_owner_created ON jobs (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_owner_status_created
+    ON jobs (owner, status, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_owner_last_run_status_created
+    ON jobs (owner, last_run_status, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    status TEXT NOT NULL,
+    state_rank INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    scheduled_for INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    published_at INTEGER,
+    started_at INTEGER,
+    finished_at INTEGER,
+    next_attempt_at INTEGER,
+    worker_id TEXT,
+    error TEXT,
+    result BLOB,
+    dispatched_by TEXT,
+    extra BLOB,
+    attempts BLOB
+);
+CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
+CREATE INDEX IF NOT EXISTS executions_owner_status
+    ON executions (owner, status, scheduled_for DESC);
+CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
+    WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
+CREATE INDEX IF NOT EXISTS executions_job_finished
+    ON executions (job_id, finished_at DESC, id DESC) WHERE state_rank = 1000000;
+CREATE INDEX IF NOT EXISTS jobs_partition ON jobs (partition, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    error TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    execution_id TEXT,
+    job_id TEXT,
+    owner TEXT,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
+"""
+
+MIGRATIONS = (
+    ("executions", "dispatched_by", "TEXT"),
+    ("executions", "extra", "BLOB"),
+    ("jobs", "idempotency_key", "TEXT"),
+    ("jobs", "request_hash", "TEXT"),
+    ("jobs", "last_dispatched_for", "INTEGER"),
+    ("executions", "attempts", "BLOB"),
+)
+INDEXES_AFTER_MIGRATIONS = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
+    ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+"""
+"""Columns added after a table's first release: (table, column, type), applied on open."""
+
+TENANCY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    record BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_job ON audit (job_id, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_owner ON audit (owner, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_actor ON audit (actor, at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS quota_buckets (
+    key TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at DESC, id DESC);
+"""
+"""Tables of the audit trail (one row per change; the record as msgspec JSON, its filter fields
+as columns) and of the quota buckets (one row per user and bucket), and the indexes of admins'
+listings over every user's jobs."""
+AUDIT_INSERT = "INSERT INTO audit (id, job_id, owner, actor, at, record) VALUES (?, ?, ?, ?, ?, ?)"
+
+JOB_COLUMNS = (
+    "id, owner, partition, status, next_run_at, created_at, updated_at, last_run_at, "
+    "last_run_status, last_error, last_execution_id, last_scheduled_for, run_count, spec, "
+    "idempotency_key, last_dispatched_for"
+)
+JOB_INSERT = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}, request_hash) "
+    f"VALUES ({', '.join('?' * (JOB_COLUMNS.count(',') + 2))})"
+)
+"""Inserts one job: the values of ``_job_row`` and then ``request_hash`` (None without a key)."""
+EXECUTION_COLUMNS = (
+    "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
+    "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
+    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts"
+)
+N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
+EXECUTION_INSERT = (
+    f"INSERT OR IGNORE INTO executions ({EXECUTION_COLUMNS}) "
+    f"VALUES ({', '.join('?' * N_EXECUTION_COLUMNS)})"
+)
+"""Inserts one run unless its id exists: the values of ``execution_row``."""
+DEAD_LETTER_INSERT = (
+    "INSERT OR IGNORE INTO dead_letters (id, at, source, reason, error, subject, "
+    "size, execution_id, job_id, owner, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""Inserts one dead letter unless its id exists (a redelivery): the values of
+``dead_letter_row``."""
+
+UPSERT_EVENT = f"""
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({", ".join("?" * N_EXECUTION_COLUMNS)})
+ON CONFLICT(id) DO UPDATE SET
+    status = excluded.status,
+    state_rank = excluded.state_rank,
+    attempt = excluded.attempt,
+    updated_at = excluded.updated_at,
+    published_at = COALESCE(executions.published_at, excluded.published_at),
+    started_at = COALESCE(executions.started_at, excluded.started_at),
+    finished_at = excluded.finished_at,
+    next_attempt_at = excluded.next_attempt_at,
+    worker_id = COALESCE(excluded.worker_id, executions.worker_id),
+    error = CASE WHEN excluded.status = 'SUCCEEDED' THEN NULL
+                 ELSE COALESCE(excluded.error, executions.error) END,
+    result = excluded.result
+WHERE excluded.state_rank > executions.state_rank
+"""
+
+_HELD = ", ".join(f"'{s}'" for s in HELD_VALUES)
+JOB_SUMMARY = f"""
+UPDATE jobs SET
+    status = CASE
+        WHEN status IN ({_HELD}) THEN status
+        WHEN next_run_at IS NULL THEN :status_without_next_run
+        ELSE :status_with_next_run END,
+    last_run_at = COALESCE(
+        (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
+    last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,
+    last_error = CASE WHEN :status = 'SUCCEEDED' THEN NULL
+                      ELSE COALESCE((SELECT error FROM executions WHERE id = :execution_id),
+                                    :error, last_error) END,
+    last_execution_id = :execution_id,
+    last_run_scheduled_for = :scheduled_for,
+    updated_at = :now
+WHERE id = :job_id
+  AND (last_run_scheduled_for IS NULL OR last_run_scheduled_for <= :scheduled_for)
+  AND EXISTS (SELECT 1 FROM executions
+              WHERE id = :execution_id AND state_rank = :rank AND status = :status)
+"""
+
+FINISHED_BEYOND = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000
+ORDER BY finished_at DESC, id DESC LIMIT ? OFFSET ?
+"""
+"""Finished runs of a job past its ``keep_last`` most recently finished (index
+``executions_job_finished``; the literal rank lets SQLite use the partial index)."""
+
+FINISHED_BEFORE = """
+SELECT id FROM executions
+WHERE job_id = ? AND state_rank = 1000000 AND finished_at < ? AND id IS NOT ?
+ORDER BY finished_at LIMIT ?
+"""
+"""Finished runs of a job that ended before a time, oldest first, but the job's latest run."""
+assert TERMINAL_RANK == 1_000_000, "the SQL of this module spells the terminal rank out"
+
+ADVANCE = """
+UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count + 1, updated_at = ?,
+    last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
+WHERE id = ? AND next_run_at = ?
+"""
