@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from bus.auth import credentials_file_name
+from bus.callout import ISSUER_SEED_FILE
 from bus.natsconf import SERVER_ENV_FILE, password_variable, server_environment, write_secrets
 from core.settings import Settings, load_settings
 from jobsched.runtime import Roles, connections_of
@@ -176,7 +177,11 @@ def test_each_service_has_the_credentials_of_its_own_connections_only(
     settings = load_settings(environment(service))
     assert settings.nats_credentials_dir == "/run/secrets"  # where compose mounts secrets
     assert not settings.nats_credentials_file
-    expected = {credentials_file_name(c) for c in connections_of(Roles(**{role: True}))}
+    roles = Roles(**{role: True})
+    expected = {credentials_file_name(c) for c in connections_of(roles, callout=roles.gateway)}
+    if roles.gateway:  # the callout's issuer seed, where the setting points
+        expected.add(ISSUER_SEED_FILE)
+        assert settings.nats_callout_issuer_seed_file == f"/run/secrets/{ISSUER_SEED_FILE}"
     assert set(service["secrets"]) == expected
     for name in expected:
         assert compose["secrets"][name] == {"file": f"{SECRETS}/{name}"}

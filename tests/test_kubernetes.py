@@ -40,10 +40,10 @@ import pytest
 import yaml
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 
-from bus.auth import ROLES as BUS_ROLES
 from bus.auth import credentials_file_name
+from bus.callout import ISSUER_SEED_FILE
 from bus.nats import Bus
-from bus.natsconf import user_name
+from bus.natsconf import DEPLOYED_ROLES, user_name
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer
 from jobsched.runtime import Roles, bus_config, connections_of
@@ -531,7 +531,12 @@ def test_each_role_mounts_the_nats_users_of_its_own_connections_only(core: list[
         assert not settings.nats_credentials_file
         assert mount["readOnly"] is True
         assert volume["secret"]["defaultMode"] == 0o440  # root:fsGroup, not world-readable
-        expected = {credentials_file_name(c) for c in connections_of(Roles(**{role: True}))}
+        roles = Roles(**{role: True})
+        expected = {credentials_file_name(c) for c in connections_of(roles, callout=roles.gateway)}
+        if roles.gateway:  # the auth callout's issuer seed, where the setting points
+            expected.add(ISSUER_SEED_FILE)
+            seed = f"{mount['mountPath']}/{ISSUER_SEED_FILE}"
+            assert settings.nats_callout_issuer_seed_file == seed
         items = volume["secret"]["items"]
         assert all(i["key"] == i["path"] for i in items), role
         assert {i["key"] for i in items} == expected, role
@@ -540,8 +545,9 @@ def test_each_role_mounts_the_nats_users_of_its_own_connections_only(core: list[
 def test_the_example_nats_secret_has_every_role_s_user(core: list[Doc]) -> None:
     secret = named(core, "Secret", NATS_SECRET)
     prefix = of_kind(core, "ConfigMap")[0]["data"]["JOBSCHED_SUBJECT_PREFIX"]
-    assert set(secret["stringData"]) == {credentials_file_name(r) for r in BUS_ROLES}
-    for role in BUS_ROLES:
+    files = {credentials_file_name(r) for r in DEPLOYED_ROLES}
+    assert set(secret["stringData"]) == files | {ISSUER_SEED_FILE}
+    for role in DEPLOYED_ROLES:
         creds = json.loads(secret["stringData"][credentials_file_name(role)])
         assert creds["user"] == user_name(prefix, role)
     mounted = {i["key"] for d in deployments(core) for i in nats_volume(d)[0]["secret"]["items"]}

@@ -36,9 +36,12 @@ from click.testing import CliRunner
 from nats.aio.client import Client
 
 from bus.auth import ROLES, credentials_file_name, read_credentials
+from bus.callout import ISSUER_SEED_FILE, read_issuer
 from bus.nats import Bus
 from bus.natsconf import (
     AUTH_CONF_KEY,
+    CALLOUT_ISSUER_VARIABLE,
+    DEPLOYED_ROLES,
     SERVER_ENV_FILE,
     password_variable,
     server_environment,
@@ -47,8 +50,11 @@ from bus.natsconf import (
 )
 from core.settings import load_settings
 from jobsched.cli import NATS_SECRET, NATS_SERVER_SECRET, main
+from jobsched.client import NatsJobschedClient
 from jobsched.natsserver import NatsServer
 from jobsched.runtime import Connection, Roles, bus_config, connections_of
+from tests.conftest import TEST_SECRET
+from tests.support import start_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 NATS_DIR = ROOT / "deploy" / "nats"
@@ -100,11 +106,16 @@ def test_the_generator_follows_a_permission_change() -> None:
 
 
 def test_every_role_is_a_user_with_permissions_and_nobody_is_anonymous() -> None:
+    """Every role but ``api`` is a static user; every other connection goes to the callout."""
     text = AUTH_CONF.read_text()
     users = re.findall(
         r'^ +\{"user": "([^"]+)", "password": \$(\w+), "permissions": \{', text, re.M
     )
-    assert users == [(user_name(PREFIX, r), password_variable(r)) for r in ROLES]
+    assert users == [(user_name(PREFIX, r), password_variable(r)) for r in DEPLOYED_ROLES]
+    assert set(ROLES) - set(DEPLOYED_ROLES) == {"api"}
+    callout = re.search(r"auth_callout \{\n +issuer: \$(\w+)\n +auth_users: (.+)\n", text)
+    assert callout is not None and callout[1] == CALLOUT_ISSUER_VARIABLE
+    assert json.loads(callout[2]) == [user for user, _ in users]
     for conf in NATS_DIR.glob("*.conf"):
         body = conf.read_text()
         assert "no_auth_user" not in body, conf.name
@@ -119,7 +130,7 @@ def test_the_helm_values_carry_the_same_users_and_every_password_variable() -> N
     assert values["config"]["merge"] == {"00$include": AUTH_CONF_KEY}
     referenced = set(re.findall(r"\"password\": \$(\w+)", AUTH_CONF.read_text()))
     env = values["container"]["env"]
-    assert set(env) == referenced
+    assert set(env) == referenced | {CALLOUT_ISSUER_VARIABLE}
     for name, var in env.items():
         assert var["valueFrom"]["secretKeyRef"] == {"name": NATS_SERVER_SECRET, "key": name}
 
@@ -179,8 +190,8 @@ async def test_each_connection_of_a_process_authenticates_with_its_own_file(
         {"JOBSCHED_NATS_CREDENTIALS_DIR": str(secrets_dir), "JOBSCHED_SUBJECT_PREFIX": PREFIX}
     )
     processes = (Roles(gateway=True), Roles(scheduler=True), Roles(worker=True))
-    opened = {c for roles in processes for c in connections_of(roles)}  # no callout: README
-    assert opened == set(Connection) - {Connection.CALLOUT}
+    opened = {c for roles in processes for c in connections_of(roles, callout=roles.gateway)}
+    assert opened == set(Connection)
     for connection in sorted(opened):
         config = bus_config(settings, deployed.url, connection)
         assert config.credentials is not None
@@ -188,9 +199,41 @@ async def test_each_connection_of_a_process_authenticates_with_its_own_file(
         bus = Bus(config, name=f"jobsched-{connection}")
         await bus.connect()
         try:
-            await bus.ping()  # a JetStream request: raises BusUnavailable if refused
+            if connection is Connection.CALLOUT:
+                await bus.nc.flush()  # it may not use JetStream: a round trip proves it is in
+            else:
+                await bus.ping()  # a JetStream request: raises BusUnavailable if refused
         finally:
             await bus.close()
+
+
+async def test_a_gateway_with_the_deployment_secrets_admits_api_clients_by_their_token(
+    deployed: NatsServer, secrets_dir: Path, tmp_path: Path
+) -> None:
+    """The deployments' API clients have no static user: a gateway started as compose and
+    Kubernetes start it (the secrets directory's callout user and issuer seed) admits a client
+    by its bearer token, which then gets its replies. Refused (the callout says no): no
+    credentials, a role's user with a wrong password, or with its hash as the password."""
+    settings = load_settings(
+        {},
+        nats_url=deployed.url,
+        subject_prefix=PREFIX,
+        data_dir=str(tmp_path / "data"),
+        auth_secret=TEST_SECRET,
+        http_port=0,
+        nats_credentials_dir=str(secrets_dir),
+        nats_callout_issuer_seed_file=str(secrets_dir / ISSUER_SEED_FILE),
+    )
+    async with start_stack(settings, Roles(gateway=True)) as stack:
+        async with NatsJobschedClient(deployed.url, stack.token("alice"), prefix=PREFIX) as api:
+            assert (await api.list_jobs()).items == []
+        worker = read_credentials(secrets_dir / credentials_file_name("worker"))
+        hashed = server_environment(secrets_dir)[password_variable("worker")].strip('"')
+        for user, password in [(None, None), (worker.user, worker.password + "0")]:
+            with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+                await connect(deployed.url, user=user, password=password)
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await connect(deployed.url, user=worker.user, password=hashed)  # not a password
 
 
 async def connect(url: str, user: str | None = None, password: str | None = None) -> None:
@@ -200,19 +243,6 @@ async def connect(url: str, user: str | None = None, password: str | None = None
             await nc.connect(url, allow_reconnect=False, user=user, password=password)
     finally:
         await nc.close()  # nats-py leaves a refused socket open otherwise
-
-
-async def test_no_credentials_or_a_wrong_password_is_refused(
-    deployed: NatsServer, secrets_dir: Path
-) -> None:
-    worker = read_credentials(secrets_dir / credentials_file_name("worker"))
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await connect(deployed.url)
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await connect(deployed.url, user=worker.user, password=worker.password + "0")
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        hashed = server_environment(secrets_dir)[password_variable("worker")].strip('"')
-        await connect(deployed.url, user=worker.user, password=hashed)  # the hash is no password
 
 
 async def test_the_permissions_are_in_force(deployed: NatsServer, secrets_dir: Path) -> None:
@@ -249,9 +279,9 @@ def test_the_secrets_are_private_random_and_their_hashes_verify(secrets_dir: Pat
     assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE((secrets_dir / SERVER_ENV_FILE).stat().st_mode) == 0o600
     env = server_environment(secrets_dir)
-    assert set(env) == {password_variable(r) for r in ROLES}
+    assert set(env) == {password_variable(r) for r in DEPLOYED_ROLES} | {CALLOUT_ISSUER_VARIABLE}
     passwords = set()
-    for role in ROLES:
+    for role in DEPLOYED_ROLES:
         path = secrets_dir / credentials_file_name(role)
         assert stat.S_IMODE(path.stat().st_mode) == 0o644  # for the container's user (README)
         creds = read_credentials(path)
@@ -261,7 +291,11 @@ def test_the_secrets_are_private_random_and_their_hashes_verify(secrets_dir: Pat
         quoted = env[password_variable(role)]
         assert quoted.startswith('"$2b$11$') and quoted.endswith('"')
         assert bcrypt.checkpw(creds.password.encode(), quoted.strip('"').encode())
-    assert len(passwords) == len(ROLES)
+    assert len(passwords) == len(DEPLOYED_ROLES)
+    assert not (secrets_dir / credentials_file_name("api")).exists()  # the callout's clients
+    seed = secrets_dir / ISSUER_SEED_FILE
+    assert stat.S_IMODE(seed.stat().st_mode) == 0o644
+    assert env[CALLOUT_ISSUER_VARIABLE] == json.dumps(read_issuer(seed).public_key)
 
 
 def test_creating_the_secrets_again_changes_nothing(secrets_dir: Path) -> None:
@@ -318,8 +352,8 @@ def test_the_kubernetes_secrets_follow_the_schema_and_hold_the_files(secrets_dir
         "jobsched",
     )
     assert clients["stringData"] == {
-        credentials_file_name(r): (secrets_dir / credentials_file_name(r)).read_text()
-        for r in ROLES
+        name: (secrets_dir / name).read_text()
+        for name in [*map(credentials_file_name, DEPLOYED_ROLES), ISSUER_SEED_FILE]
     }
     assert (servers["metadata"]["name"], servers["metadata"]["namespace"]) == (
         NATS_SERVER_SECRET,
