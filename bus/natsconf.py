@@ -105,9 +105,7 @@ def auth_conf(
     return header + block
 
 
-def helm_values(
-    conf: str, command: str, secret: str, roles: Sequence[str] = DEPLOYED_ROLES
-) -> str:
+def helm_values(conf: str, command: str, secret: str, roles: Sequence[str] = DEPLOYED_ROLES) -> str:
     """Values for the official NATS Helm chart (1.x) that add ``conf`` (:func:`auth_conf`) to
     the servers' config (``config.merge`` ``$include``, the file in ``configMap.merge``) and
     each password variable from the Secret ``secret`` (``container.env``)."""
