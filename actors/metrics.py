@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.health import Check, healthz, readyz_handler
-from bus.nats import Bus, raise_if_cancelling
+from bus.nats import Bus
 from core.errors import BusUnavailable
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 

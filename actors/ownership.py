@@ -14,7 +14,7 @@ if the renewal loop is stalled.
 A JetStream outage (the bucket's stream electing a new leader, NATS unreachable) fences leases
 without losing them: a fenced lease is still renewed every round, and once a revision-checked
 renewal succeeds — proof that nobody took it meanwhile — the partition is owned again at once.
-Only the server's answer that the key is gone or someone else's (:class:`bus.leases.LeaseLost`)
+Only the server's answer that the key is gone or someone else's (:class:`core.errors.LeaseLost`)
 drops it. So an outage shorter than about 2/3 of the TTL (the lease's age when it started can be
 up to a third) costs no lease; a longer one lets the server expire them all.
 """
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from actors.metrics import Metrics
-from bus.leases import LeaseBucket, LeaseLost
-from bus.nats import raise_if_cancelling
-from core.errors import BusUnavailable
+from core.errors import BusUnavailable, LeaseLost
 from core.partitions import rebalance
+from core.ports import Leases
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class LeaseOwnership:
 
     def __init__(
         self,
-        bucket: LeaseBucket,
+        bucket: Leases,
         member: str,
         partitions: int,
         *,

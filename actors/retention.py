@@ -34,13 +34,14 @@ from datetime import datetime, timedelta
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership
-from bus.nats import Bus, raise_if_cancelling
+from bus.nats import Bus
 from core.clock import Clock
 from core.errors import StoreRejected, StoreUnavailable
 from core.history import Retention, prune_target
 from core.ids import partition_of
 from core.model import Job, RunsFinished
 from core.ports import JobStore, PruneResult, PruneTarget
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
