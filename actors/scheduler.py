@@ -263,8 +263,10 @@ class Scheduler:
             if self._stopping.is_set() and not self.prepared and not self._unpublished:
                 return
             deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
-            if self._unpublished:
-                deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
+            if self._unpublished:  # a publish failed (its own wake-up, too): retry soon, not at once
+                self._prepared_changed.clear()
+                retry_at = self.clock.now() + timedelta(seconds=RETRY.delay_s(1))
+                deadline = min(deadline, retry_at)
             await self.clock.sleep_until(deadline, self._prepared_changed)
             self._prepared_changed.clear()
 
@@ -294,9 +296,9 @@ class Scheduler:
             await self._take_over(self._taken)
             self._taken = frozenset()
         now = self.clock.now()
-        if now >= self._next_scan:
-            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
+        if now >= self._next_scan:  # a scan that fails is tried again with the step
             await self._scan()
+            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
         ahead = timedelta(seconds=self.config.prepare_ahead_s)
         while not self._stopping.is_set():
             now = self.clock.now()
