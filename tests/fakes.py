@@ -77,6 +77,8 @@ class FakeConsumer:
         self.missing = False
         """The next fetch raises ConsumerMissing (then the consumer exists again)."""
         self.closed = False
+        self.failures = 0
+        """The next this many fetches raise BusUnavailable (an outage)."""
 
     def put(self, delivery: FakeDelivery) -> FakeDelivery:
         self.ready.append(delivery)
@@ -88,6 +90,9 @@ class FakeConsumer:
         self._changed.set()
 
     async def fetch(self, batch: int, timeout_s: float) -> Sequence[FakeDelivery]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise BusUnavailable("fake: pull request failed")
         if not self.ready and not self.missing:
             self._changed.clear()
             try:
