@@ -263,7 +263,7 @@ class Scheduler:
             if self._stopping.is_set() and not self.prepared and not self._unpublished:
                 return
             deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
-            if self._unpublished:  # a publish failed (its own wake-up, too): retry soon, not at once
+            if self._unpublished:  # a publish failed: retry after the delay, not at once
                 self._prepared_changed.clear()
                 retry_at = self.clock.now() + timedelta(seconds=RETRY.delay_s(1))
                 deadline = min(deadline, retry_at)
