@@ -48,6 +48,10 @@ async def ownership_rig(
 ) -> AsyncIterator[OwnershipRig]:
     leases = leases or FakeLeases()
     clock = FakeClock(T0)
+
+    def monotonic() -> float:
+        return (clock.now() - T0).total_seconds()
+
     ownership = LeaseOwnership(
         leases,
         "a",
@@ -55,7 +59,7 @@ async def ownership_rig(
         ttl_s=TTL_S,
         round_s=1.0,
         clock=clock,
-        monotonic=lambda: (clock.now() - T0).total_seconds(),
+        monotonic=monotonic,
     )
     changes = Changes()
     task = asyncio.create_task(
