@@ -3,14 +3,15 @@
 ``store/`` implements :class:`JobStore` (SQLite, MongoDB); ``bus/`` the bus roles below
 (:class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`, :class:`StatusIntake`,
 :class:`RecorderProgress`, :class:`EventFeed`, :class:`Notices`, :class:`CancelSignals`,
-:class:`Leases`) with NATS JetStream, and ``tests/fakes.py`` in memory. Actors depend on these
-protocols only, never on a driver.
+:class:`Leases`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py`` in memory. The
+scheduler, worker and recorder depend on these protocols only, never on a driver.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -689,4 +690,63 @@ class Leases(Protocol):
 
     async def snapshot(self) -> LeaseSnapshot:
         """Current members and taken partitions."""
+        ...
+
+
+# --- request-reply services ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to one service request.
+
+    Attributes:
+        data: the body.
+        error_code: None on success; else the service error code (the NATS services protocol,
+            ADR-32: header ``Nats-Service-Error-Code``; jobsched sends the HTTP status).
+        error: the error's description (header ``Nats-Service-Error``).
+        headers: further headers (``Retry-After`` …).
+    """
+
+    data: bytes
+    error_code: str | None = None
+    error: str | None = None
+    headers: Mapping[str, str] | None = None
+
+
+ServiceHandler = Callable[[bytes, Mapping[str, str]], Awaitable[Reply]]
+"""One endpoint: ``(request body, request headers) -> reply``. An exception it raises is
+answered as an error ``500`` (and logged) by the host."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    """A request-reply service (ADR-32: discoverable by ``$SRV.PING`` / ``INFO`` / ``STATS``).
+
+    Attributes:
+        name: the service name.
+        version: its semantic version.
+        description: one line for humans.
+        queue_group: every instance answers in this queue group (one of them per request).
+        group: endpoints answer on ``<prefix>.<group>.<endpoint>``.
+    """
+
+    name: str
+    version: str
+    description: str
+    queue_group: str
+    group: str
+
+
+class ServiceHost(Protocol):
+    """Serves request-reply endpoints (NATS: :class:`bus.micro.MicroHost`)."""
+
+    def serve(
+        self, spec: ServiceSpec, endpoints: Mapping[str, ServiceHandler]
+    ) -> AbstractAsyncContextManager[None]:
+        """Serve ``endpoints`` while the context is open; stopped (and deregistered) on exit.
+
+        Raises:
+            BusUnavailable: the service could not be started.
+        """
         ...
