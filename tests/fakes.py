@@ -11,6 +11,7 @@ does for an outage.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,15 @@ class FakeDelivery:
     """One delivered message; records how it was settled."""
 
     def __init__(
-        self, data: bytes, *, subject: str = "", msg_id: str | None = None, num_delivered: int = 1
+        self,
+        data: bytes,
+        *,
+        subject: str = "",
+        msg_id: str | None = None,
+        num_delivered: int = 1,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
+        self._on_done = on_done
         self.data = data
         self.subject = subject
         self.msg_id = msg_id
@@ -52,6 +60,8 @@ class FakeDelivery:
             raise BusUnavailable(f"fake: {verb} failed")
         self.settled = verb
         self.done.set()
+        if verb != "nak" and self._on_done is not None:
+            self._on_done()  # acked or terminated: a work queue drops the message
 
     async def ack(self) -> None:
         await self._settle("ack")
@@ -149,8 +159,11 @@ class FakeBus:
         published: every run publish, duplicates included, in order.
         held: the runs the work stream holds now, by execution id (a worker's ack or term
             removes one: :meth:`settle_run`).
-        statuses: status events stored (worker reports), in stream order (sequence = index+1).
+        statuses: status reports stored (workers' :meth:`publish_status`), in order.
         events: events published for live clients (QUEUED, SKIPPED, job changes).
+        stream: everything the status stream stored (reports and events, de-duplicated by
+            their ``Nats-Msg-Id``); a message's sequence is its index + 1. The recorders'
+            consumer (:attr:`status_consumer`) receives each.
         finished: finished-runs notices sent.
         ack_floor: the recorders' ack floor (set by the test).
     """
@@ -158,6 +171,8 @@ class FakeBus:
     published: list[Published] = field(default_factory=list)
     held: dict[str, RunMessage] = field(default_factory=dict)
     statuses: list[StatusEvent] = field(default_factory=list)
+    stream: list[Event] = field(default_factory=list)
+    _stream_ids: set[str] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
     finished: list[list[str]] = field(default_factory=list)
     ack_floor: int = 0
@@ -223,7 +238,12 @@ class FakeBus:
             if stored:
                 self.held[run.execution_id] = run
                 self.work_queue(run.queue).put(
-                    FakeDelivery(_encode(run), subject=f"work.{run.queue}", msg_id=run.msg_id)
+                    FakeDelivery(
+                        _encode(run),
+                        subject=f"work.{run.queue}",
+                        msg_id=run.msg_id,
+                        on_done=functools.partial(self.settle_run, run.execution_id),
+                    )
                 )
             results.append(None)
         self._touch()
@@ -240,7 +260,7 @@ class FakeBus:
 
     async def status_last_seq(self) -> int:
         self._check("status_last_seq")
-        return len(self.statuses)
+        return len(self.stream)
 
     async def recorder_ack_floor(self) -> int:
         self._check("recorder_ack_floor")
@@ -248,8 +268,23 @@ class FakeBus:
 
     # --- EventFeed, Notices -----------------------------------------------------------------
 
+    def _store(self, event: Event) -> bool:
+        """Append ``event`` to the status stream unless its ``Nats-Msg-Id`` is there."""
+        if isinstance(event, StatusEvent):
+            msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+        else:
+            msg_id = f"{event.job_id}|{event.event}|{event.at.timestamp()}"
+        if msg_id in self._stream_ids:
+            return False
+        self._stream_ids.add(msg_id)
+        self.stream.append(event)
+        self.status_consumer.put(FakeDelivery(_encode(event), subject="status", msg_id=msg_id))
+        return True
+
     async def publish_events(self, events: Sequence[Event]) -> int:
         self.events += events
+        for event in events:
+            self._store(event)
         self._touch()
         return len(events)
 
@@ -294,7 +329,8 @@ class FakeBus:
 
     async def publish_status(self, event: StatusEvent) -> None:
         self._check("publish_status")
-        self.statuses.append(event)
+        if self._store(event):
+            self.statuses.append(event)
         self._touch()
 
     async def recorder_consumer(self) -> FakeConsumer:

@@ -357,6 +357,7 @@ SWEEP: dict[str, Any] = {"redispatch_after_s": 60.0, "scan_interval_s": 5.0}
 async def test_a_lost_run_is_re_published_at_its_second_sighting(tmp_path: Path) -> None:
     async with scheduler_rig(tmp_path, ONCE, **SWEEP) as rig:
         run_id = await lost_run(rig)
+        rig.bus.ack_floor = await rig.bus.status_last_seq()  # the recorders are caught up
 
         await rig.to(66)  # untouched for over 60 s: first sighting, a strike only
         assert len(rig.bus.published) == 1
@@ -374,7 +375,7 @@ async def test_a_lost_run_waits_for_the_recorder_to_catch_up(tmp_path: Path) -> 
     run is re-published only once the recorders' ack floor has passed them."""
     async with scheduler_rig(tmp_path, ONCE, **SWEEP) as rig:
         run_id = await lost_run(rig)
-        rig.bus.statuses.append(
+        await rig.bus.publish_status(
             run_event(
                 await rig.execution(run_id),
                 ExecutionStatus.RUNNING,
@@ -384,14 +385,14 @@ async def test_a_lost_run_waits_for_the_recorder_to_catch_up(tmp_path: Path) -> 
                 error=None,
             )
         )
-        rig.bus.ack_floor = 0
+        rig.bus.ack_floor = 1  # the QUEUED event is recorded, the RUNNING one not yet
 
         await rig.to(66)
         await rig.to(71)
         await rig.to(76)
         assert len(rig.bus.published) == 1
 
-        rig.bus.ack_floor = 1
+        rig.bus.ack_floor = await rig.bus.status_last_seq()
         await rig.to(81)
         assert [p.run.execution_id for p in rig.bus.published] == [run_id, run_id]
 
@@ -410,6 +411,7 @@ async def test_a_run_whose_message_is_held_is_never_re_published(tmp_path: Path)
 async def test_a_lost_run_of_a_cancelled_job_is_closed_not_re_published(tmp_path: Path) -> None:
     async with scheduler_rig(tmp_path, ONCE, **SWEEP) as rig:
         run_id = await lost_run(rig)
+        rig.bus.ack_floor = await rig.bus.status_last_seq()
         await rig.store.update_job(
             "alice", "j1", JobChange(action="cancelled", status=JobStatus.CANCELLED), now=at(6)
         )
