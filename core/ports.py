@@ -610,6 +610,16 @@ class Notices(Protocol):
         ...
 
 
+class QueueDepth(Protocol):
+    async def queue_depth(self, queue: str) -> int:
+        """Runs waiting in ``queue``: not yet delivered plus delivered and not yet acknowledged.
+
+        Raises:
+            BusUnavailable: not answered (also while the queue's consumer does not exist).
+        """
+        ...
+
+
 class SchedulerBus(RunQueue, RecorderProgress, EventFeed, Notices, Protocol):
     """What :class:`actors.scheduler.Scheduler` needs of the bus."""
 
