@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from bus.nats import run_key
+from core.clock import FakeClock
 from core.errors import BusUnavailable, ConsumerMissing, LeaseLost
 from core.model import Event, JobNotice, RunMessage, RunsFinished, StatusEvent
 from core.ports import LeaseSnapshot
@@ -456,3 +457,15 @@ if TYPE_CHECKING:  # the fakes implement the ports (checked by mypy)
 
     def _signals(s: FakeCancelSignals, leases: FakeLeases) -> tuple[CancelSignals, Leases]:
         return s, leases
+
+
+async def waits(clock: FakeClock, count: int) -> list[float]:
+    """Let a lone task sleeping on ``clock`` through ``count`` waits (a retry loop's pauses),
+    moving the clock to each deadline; the length of each wait, in seconds."""
+    lengths = []
+    for _ in range(count):
+        await clock.until_asleep(1)
+        [deadline] = clock.deadlines()
+        lengths.append((deadline - clock.now()).total_seconds())
+        await clock.set(deadline)
+    return lengths

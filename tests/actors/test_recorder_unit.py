@@ -25,7 +25,7 @@ from core.ids import execution_id
 from core.model import ExecutionStatus, StatusEvent
 from store.sqlite import SqliteStore
 from tests.actors.harness import T0, at
-from tests.fakes import FakeBus, FakeDelivery
+from tests.fakes import FakeBus, FakeDelivery, waits
 
 S = ExecutionStatus
 
@@ -162,15 +162,9 @@ async def test_a_store_outage_keeps_the_batch_with_growing_pauses(tmp_path: Path
         rig.store.outages = 3
         [d] = rig.deliver(event("a", S.RUNNING))
 
-        pauses = []
-        for _ in range(3):
-            await rig.clock.until_asleep(1)
-            [deadline] = rig.clock.deadlines()
-            pauses.append((deadline - rig.clock.now()).total_seconds())
-            assert d.settled is None
-            await rig.clock.set(deadline)
-
-        assert pauses == [0.2, 0.4, 0.8]
+        assert await waits(rig.clock, 2) == [0.2, 0.4]
+        assert d.settled is None
+        assert await waits(rig.clock, 1) == [0.8]
         assert await rig.settled(d) == ["ack"]
         assert d.in_progress_count == 3  # kept from redelivery at every failure
         assert await rig.status_of("a") == S.RUNNING
@@ -181,14 +175,7 @@ async def test_the_pauses_stay_within_a_third_of_the_ack_wait(tmp_path: Path) ->
         rig.store.outages = 4
         [d] = rig.deliver(event("a", S.RUNNING))
 
-        pauses = []
-        for _ in range(4):
-            await rig.clock.until_asleep(1)
-            [deadline] = rig.clock.deadlines()
-            pauses.append((deadline - rig.clock.now()).total_seconds())
-            await rig.clock.set(deadline)
-
-        assert pauses == [0.2, 0.4, 0.5, 0.5]
+        assert await waits(rig.clock, 4) == [0.2, 0.4, 0.5, 0.5]
         assert await rig.settled(d) == ["ack"]
 
 

@@ -23,7 +23,7 @@ from core.ids import execution_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.tasks import TaskCatalog, TaskContext
 from tests.actors.harness import T0, at
-from tests.fakes import FakeBus, FakeCancelSignals, FakeDelivery, until
+from tests.fakes import FakeBus, FakeCancelSignals, FakeDelivery, until, waits
 
 S = ExecutionStatus
 
@@ -309,14 +309,7 @@ async def test_a_report_is_retried_with_backoff_until_it_is_stored() -> None:
         rig.bus.fail("publish_status", 3)
         d = rig.deliver(run("ok"))
 
-        waits = []
-        for _ in range(3):
-            await rig.clock.until_asleep(1)
-            [deadline] = rig.clock.deadlines()
-            waits.append((deadline - rig.clock.now()).total_seconds())
-            await rig.clock.set(deadline)
-
-        assert waits == [0.1, 0.2, 0.4]
+        assert await waits(rig.clock, 3) == [0.1, 0.2, 0.4]
         assert await rig.settled(d) == "ack"
         assert rig.statuses() == [S.RUNNING, S.SUCCEEDED]
 
