@@ -538,19 +538,24 @@ class Bus:
             options["inbox_prefix"] = creds.inbox_prefix
         if self.config.wants_tls:
             options["tls"] = self.config.tls or verifying_context()
-        await nc.connect(
-            **options,
-            servers=self.config.servers,
-            name=self.name,
-            max_reconnect_attempts=attempts,
-            reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
-            connect_timeout=2,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-            error_cb=on_error,
-            allow_reconnect=True,
-            drain_timeout=DRAIN_TIMEOUT_S,
-        )
+        try:
+            await nc.connect(
+                **options,
+                servers=self.config.servers,
+                name=self.name,
+                max_reconnect_attempts=attempts,
+                reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
+                connect_timeout=2,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                error_cb=on_error,
+                allow_reconnect=True,
+                drain_timeout=DRAIN_TIMEOUT_S,
+            )
+        except BaseException:  # nats-py leaves the socket of a refused connection open
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                await nc.close()
+            raise
         return nc
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import nats
 import pytest
+from nats.aio.client import Client
 
 from bus.auth import read_credentials
 from core.model import ExecutionStatus
@@ -359,8 +360,14 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
     try:
         url, token = await read_dev_file(data, dev)
         exports = await dev_exports(env, data)
-        with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
-            await nats.connect(exports["NATS_URL"], allow_reconnect=False, connect_timeout=2)
+        anonymous = Client()
+        try:
+            with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
+                await anonymous.connect(
+                    exports["NATS_URL"], allow_reconnect=False, connect_timeout=2
+                )
+        finally:  # nats-py leaves the socket of a refused connection open otherwise
+            await anonymous.close()
         prefix = load_settings(env).subject_prefix
         async with NatsJobschedClient(exports["NATS_URL"], token, prefix=prefix) as api:
             job = await api.create_job({"taskId": "noop"})
