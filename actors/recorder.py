@@ -68,7 +68,9 @@ class Recorder:
             unavailable, in-progress acks keep the batch at least every third of it.
         metrics: where it counts recorded events, failed store writes and dead letters;
             default: a registry of its own.
-        clock: wall clock (the time a dead letter was set aside); its waits pace retries.
+        clock: wall clock (the time a dead letter was set aside).
+        timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
+            (unit tests pass their fake clock).
     """
 
     def __init__(
@@ -80,7 +82,9 @@ class Recorder:
         ack_wait_s: float = 30.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.bus = bus
         self.store = store
         self.batch = batch
@@ -103,7 +107,7 @@ class Recorder:
             return
         consumer = await self.bus.recorder_consumer()
         self.ready.set()
-        backoff = Backoff(FETCH_RETRY, self.clock, stop=self._stopping, log=log)
+        backoff = Backoff(FETCH_RETRY, self.timer, stop=self._stopping, log=log)
         try:
             while not self._stopping.is_set():
                 raise_if_cancelling()
@@ -227,7 +231,7 @@ class Recorder:
             StoreRejected: from ``write``.
             _Stopping: the recorder is stopping while the store is unavailable.
         """
-        backoff = Backoff(self._store_retry, self.clock, stop=self._stopping, log=log)
+        backoff = Backoff(self._store_retry, self.timer, stop=self._stopping, log=log)
         while True:
             raise_if_cancelling()
             try:

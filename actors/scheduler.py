@@ -39,7 +39,7 @@ import msgspec
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership, StaticOwnership
-from core.clock import Clock
+from core.clock import Clock, SystemClock
 from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
 from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
@@ -113,7 +113,9 @@ class Scheduler:
     Args:
         store: the job store (source of truth).
         bus: the work queue, notices and the recorders' progress (NATS: :class:`bus.nats.Bus`).
-        clock: wall clock (a fake one in tests); its waits pace retries too.
+        clock: wall clock (a fake one in tests); the publisher's waits, retries included.
+        timer: what the main loop's retry pauses are measured on; default: real time,
+            whatever ``clock`` is (unit tests pass their fake clock).
         config: see :class:`SchedulerConfig`.
         markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         ownership: which partitions it may dispatch; default: all of them, alone.
@@ -136,7 +138,9 @@ class Scheduler:
         scheduler_id: str = "scheduler",
         metrics: Metrics | None = None,
         on_finished_records: Callable[[list[str]], None] | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.store = store
         self._on_finished_records = on_finished_records
         self.bus = bus
@@ -223,7 +227,7 @@ class Scheduler:
 
     async def _loop(self) -> None:
         heap_size, owned_partitions = self.metrics.heap_size, self.metrics.owned_partitions
-        backoff = Backoff(RETRY, self.clock, stop=self._stopping, log=log)
+        backoff = Backoff(RETRY, self.timer, stop=self._stopping, log=log)
         while not self._stopping.is_set():
             raise_if_cancelling()
             try:

@@ -32,7 +32,7 @@ from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
 from bus.nats import run_decoder, run_key
 from core.backoff import retry_delay
-from core.clock import Clock
+from core.clock import Clock, SystemClock
 from core.errors import BusUnavailable, ConsumerMissing, InvalidRequest
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
@@ -87,11 +87,13 @@ class Worker:
     Args:
         bus: the work queues and the status stream (NATS: :class:`bus.nats.Bus`).
         catalog: the tasks this worker can run.
-        clock: wall clock for timestamps; its waits pace retries too.
+        clock: wall clock for timestamps.
         config: see :class:`WorkerConfig`.
         markers: cancellation markers to watch (None: runs are not cancelled while running).
         metrics: where it observes runs (per task of ``catalog``) and redeliveries; default: a
             registry of its own.
+        timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
+            (unit tests pass their fake clock).
     """
 
     def __init__(
@@ -102,7 +104,9 @@ class Worker:
         config: WorkerConfig,
         markers: CancelSignals | None = None,
         metrics: Metrics | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.bus = bus
         self.catalog = catalog
         self.clock = clock
@@ -173,7 +177,7 @@ class Worker:
 
     async def _pull(self, queue: str, consumer: Consumer, tg: asyncio.TaskGroup) -> None:
         redelivered = self.metrics.redeliveries.labels(queue=queue)
-        backoff = Backoff(PULL_RETRY, self.clock, stop=self._stopping, log=log)
+        backoff = Backoff(PULL_RETRY, self.timer, stop=self._stopping, log=log)
         while not self._stopping.is_set():
             raise_if_cancelling()
             free = self.config.concurrency - self._active
@@ -519,7 +523,7 @@ class Worker:
         them), so what live clients see is what the store records, and no report is unencodable.
         """
         event = storable_event(event)
-        backoff = Backoff(REPORT_RETRY, self.clock, log=log)
+        backoff = Backoff(REPORT_RETRY, self.timer, log=log)
         while True:
             raise_if_cancelling()
             try:

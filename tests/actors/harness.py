@@ -146,6 +146,7 @@ async def scheduler_rig(
         markers=markers,
         ownership=ownership,
         scheduler_id="s1",
+        timer=clock,
     )
     task = asyncio.create_task(scheduler.run(), name="scheduler under test")
     rig = SchedulerRig(store, bus, clock, markers, ownership, scheduler, task)

@@ -99,7 +99,7 @@ async def recorder_rig(tmp_path: Path, **options: Any) -> AsyncIterator[Recorder
     store = CuedStore(tmp_path / "jobs.db")
     await store.open()
     bus, clock = FakeBus(), FakeClock(T0)
-    recorder = Recorder(bus, store, clock=clock, **options)
+    recorder = Recorder(bus, store, clock=clock, timer=clock, **options)
     task = asyncio.create_task(recorder.run(), name="recorder under test")
     rig = RecorderRig(bus, store, clock, recorder, task)
     try:

@@ -126,7 +126,8 @@ class WorkerRig:
 async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
     bus, clock, gate, markers = FakeBus(), FakeClock(T0), Gate(), FakeCancelSignals()
     settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_s": 5.0}
-    worker = Worker(bus, gate.catalog(), clock, WorkerConfig(**(settings | config)), markers)
+    worker_config = WorkerConfig(**(settings | config))
+    worker = Worker(bus, gate.catalog(), clock, worker_config, markers, timer=clock)
     task = asyncio.create_task(worker.run(), name="worker under test")
     rig = WorkerRig(bus, clock, gate, markers, worker, task)
     try:
