@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.health import Check, healthz, readyz_handler
-from bus.nats import Bus, raise_if_cancelling
 from core.errors import BusUnavailable
+from core.ports import QueueDepth
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -385,14 +386,14 @@ class QueueDepthMonitor:
     ever consumed it) keeps its last value. NATS failures are retried at the next refresh.
 
     Args:
-        bus: connected NATS adapter.
+        bus: the work queues' depth (NATS: :class:`bus.nats.Bus`).
         queues: the queues to watch.
         metrics: where the gauge lives.
         interval_s: seconds between refreshes.
     """
 
     def __init__(
-        self, bus: Bus, queues: Sequence[str], metrics: Metrics, *, interval_s: float = 5.0
+        self, bus: QueueDepth, queues: Sequence[str], metrics: Metrics, *, interval_s: float = 5.0
     ) -> None:
         self.bus = bus
         self.queues = tuple(queues)

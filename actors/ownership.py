@@ -14,7 +14,7 @@ if the renewal loop is stalled.
 A JetStream outage (the bucket's stream electing a new leader, NATS unreachable) fences leases
 without losing them: a fenced lease is still renewed every round, and once a revision-checked
 renewal succeeds — proof that nobody took it meanwhile — the partition is owned again at once.
-Only the server's answer that the key is gone or someone else's (:class:`bus.leases.LeaseLost`)
+Only the server's answer that the key is gone or someone else's (:class:`core.errors.LeaseLost`)
 drops it. So an outage shorter than about 2/3 of the TTL (the lease's age when it started can be
 up to a third) costs no lease; a longer one lets the server expire them all.
 """
@@ -27,13 +27,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 from actors.metrics import Metrics
-from bus.leases import LeaseBucket, LeaseLost
-from bus.nats import raise_if_cancelling
-from core.errors import BusUnavailable
+from core.clock import Clock, SystemClock
+from core.errors import BusUnavailable, LeaseLost
 from core.partitions import rebalance
+from core.ports import Leases
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -105,18 +107,25 @@ class LeaseOwnership:
         round_s: how often free partitions are looked for (seconds).
         metrics: where fenced and lost leases are counted (``jobsched_lease_losses_total``);
             default: a registry of its own.
+        clock: what the pause between rounds is measured on (a fake one in tests).
+        monotonic: seconds on a clock that never goes backwards, for the lease deadlines
+            (default ``time.monotonic``; a fake clock's in tests).
     """
 
     def __init__(
         self,
-        bucket: LeaseBucket,
+        bucket: Leases,
         member: str,
         partitions: int,
         *,
         ttl_s: float,
         round_s: float = 1.0,
         metrics: Metrics | None = None,
+        clock: Clock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock or SystemClock()
+        self._monotonic = monotonic
         self.bucket = bucket
         self.member = member
         self.partitions = partitions
@@ -129,7 +138,7 @@ class LeaseOwnership:
 
     @property
     def owned(self) -> frozenset[int]:
-        now = time.monotonic()
+        now = self._monotonic()
         return frozenset(p for p, lease in self._leases.items() if lease.valid_until > now)
 
     def stop(self) -> None:
@@ -147,9 +156,8 @@ class LeaseOwnership:
                 except BusUnavailable as e:
                     log.warning("leases of %s: %s", self.member, e)
                 self._expire(on_lost)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.round_s):
-                        await self._stop.wait()
+                next_round = self._clock.now() + timedelta(seconds=self.round_s)
+                await self._clock.sleep_until(next_round, self._stop)
         finally:
             await self._release_all(on_lost)
 
@@ -177,7 +185,7 @@ class LeaseOwnership:
             )
         gained: set[int] = set()
         for p in plan.acquire:
-            sent = time.monotonic()
+            sent = self._monotonic()
             revision = await self.bucket.acquire(p, self.member)
             if revision is not None:
                 self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
@@ -196,14 +204,14 @@ class LeaseOwnership:
         self, on_gained: Callable[[frozenset[int]], None], on_lost: Callable[[frozenset[int]], None]
     ) -> None:
         """Renew every lease due for it; a fenced one that renews is owned again."""
-        now = time.monotonic()
+        now = self._monotonic()
         lost: set[int] = set()
         regained: set[int] = set()
         try:
             for p, lease in list(self._leases.items()):
                 if now - lease.sent_at < self.ttl_s / 3 and not lease.fenced:
                     continue
-                sent = time.monotonic()
+                sent = self._monotonic()
                 try:
                     revision = await self.bucket.renew(p, self.member, lease.revision)
                 except LeaseLost:
@@ -229,7 +237,7 @@ class LeaseOwnership:
 
     def _expire(self, on_lost: Callable[[frozenset[int]], None]) -> None:
         """Fence the leases not renewed in time (they are kept, and renewal goes on)."""
-        now = time.monotonic()
+        now = self._monotonic()
         expired = frozenset(
             p for p, lease in self._leases.items() if lease.valid_until <= now and not lease.fenced
         )

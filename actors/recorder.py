@@ -28,9 +28,9 @@ from typing import Literal
 import msgspec
 
 from actors.metrics import Metrics
-from bus.nats import Bus, ConsumerMissing, Delivery, raise_if_cancelling, status_decoder
+from bus.nats import status_decoder
 from core.clock import Clock, SystemClock
-from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
+from core.errors import BusUnavailable, ConsumerMissing, StoreRejected, StoreUnavailable
 from core.model import (
     DEAD_LETTER_MAX_BYTES,
     TERMINAL_EXECUTION_STATUSES,
@@ -38,7 +38,8 @@ from core.model import (
     ExecutionStatus,
     StatusEvent,
 )
-from core.ports import JobStore
+from core.ports import Delivery, JobStore, RecorderBus
+from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.values import MAX_ERROR_CHARS, storable_text
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ UNRECORDED = frozenset({ExecutionStatus.QUEUED, ExecutionStatus.SKIPPED})
 """Run events the store holds already (the scheduler wrote them): published for live clients."""
 
 Entry = tuple[Delivery, StatusEvent]
+
+FETCH_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+"""A failed fetch (NATS unreachable) is tried again every second."""
 
 
 class _Stopping(Exception):
@@ -57,7 +61,7 @@ class Recorder:
     """Records status events (see module docstring).
 
     Args:
-        bus: connected NATS adapter.
+        bus: the status stream and finished-run notices (NATS: :class:`bus.nats.Bus`).
         store: the job store.
         batch: most events applied per store call.
         ack_wait_s: the ack wait of the recorders' consumer (seconds); while the store is
@@ -65,22 +69,27 @@ class Recorder:
         metrics: where it counts recorded events, failed store writes and dead letters;
             default: a registry of its own.
         clock: wall clock (the time a dead letter was set aside).
+        timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
+            (unit tests pass their fake clock).
     """
 
     def __init__(
         self,
-        bus: Bus,
+        bus: RecorderBus,
         store: JobStore,
         *,
         batch: int = 512,
         ack_wait_s: float = 30.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.bus = bus
         self.store = store
         self.batch = batch
-        self._max_pause_s = min(5.0, ack_wait_s / 3)
+        max_pause_s = min(5.0, ack_wait_s / 3)
+        self._store_retry = RetryPolicy(first_s=min(0.2, max_pause_s), max_s=max_pause_s)
         self.name = "recorder"
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -98,6 +107,7 @@ class Recorder:
             return
         consumer = await self.bus.recorder_consumer()
         self.ready.set()
+        backoff = Backoff(FETCH_RETRY, self.timer, stop=self._stopping, log=log)
         try:
             while not self._stopping.is_set():
                 raise_if_cancelling()
@@ -109,9 +119,9 @@ class Recorder:
                         await self.bus.ensure_recorder_consumer()  # the stream: a scheduler's
                     continue
                 except BusUnavailable as e:
-                    log.warning("recorder: %s", e)
-                    await self._pause(1.0)
+                    await backoff.wait("recorder", e)
                     continue
+                backoff.reset()
                 if deliveries:
                     await self._record(deliveries)
         finally:
@@ -120,7 +130,7 @@ class Recorder:
                     await d.nak()
             await consumer.close()
 
-    async def _record(self, deliveries: list[Delivery]) -> None:
+    async def _record(self, deliveries: Sequence[Delivery]) -> None:
         entries: list[Entry] = []
         letters: list[tuple[Delivery, DeadLetter]] = []
         for d in deliveries:
@@ -221,7 +231,7 @@ class Recorder:
             StoreRejected: from ``write``.
             _Stopping: the recorder is stopping while the store is unavailable.
         """
-        delay = min(0.2, self._max_pause_s)
+        backoff = Backoff(self._store_retry, self.timer, stop=self._stopping, log=log)
         while True:
             raise_if_cancelling()
             try:
@@ -231,12 +241,10 @@ class Recorder:
                 self.metrics.store_write_failures.inc()
                 if self._stopping.is_set():
                     raise _Stopping from None
-                log.warning("recorder: store unavailable (%s); retrying in %.1f s", e, delay)
                 for d in deliveries:
                     with contextlib.suppress(BusUnavailable):
                         await d.in_progress()
-                await self._pause(delay)
-                delay = min(delay * 2, self._max_pause_s)
+                await backoff.wait("recorder: store unavailable", e)
 
     def _letter(
         self,
@@ -258,8 +266,3 @@ class Recorder:
             job_id=None if event is None else storable_text(event.job_id),
             owner=None if event is None else storable_text(event.owner),
         )
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._stopping.wait()

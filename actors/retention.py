@@ -34,13 +34,13 @@ from datetime import datetime, timedelta
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership
-from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
 from core.errors import StoreRejected, StoreUnavailable
 from core.history import Retention, prune_target
 from core.ids import partition_of
 from core.model import Job, RunsFinished
-from core.ports import JobStore, PruneResult, PruneTarget
+from core.ports import JobStore, Notices, PruneResult, PruneTarget
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Pruner:
 
     Args:
         store: the job store.
-        bus: connected NATS adapter (finished-run notices).
+        bus: finished-run notices (NATS: :class:`bus.nats.Bus`).
         clock: wall clock (a fake one in tests): the age rule's "now" and the sweep's period.
         config: see :class:`RetentionConfig`.
         ownership: the partitions this process's scheduler owns (read, never driven, here).
@@ -84,7 +84,7 @@ class Pruner:
     def __init__(
         self,
         store: JobStore,
-        bus: Bus,
+        bus: Notices,
         clock: Clock,
         config: RetentionConfig,
         *,

@@ -29,7 +29,6 @@ dropped without a record; other users' runs are never delayed by one user's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Collection
@@ -40,9 +39,7 @@ import msgspec
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership, StaticOwnership
-from bus.cancel import CancelMarkers
-from bus.nats import Bus, raise_if_cancelling
-from core.clock import Clock
+from core.clock import Clock, SystemClock
 from core.dispatch import JobPlan, due_at, plan_job
 from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
@@ -61,8 +58,9 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome, JobStore
+from core.ports import CancelSignals, Dispatch, DispatchOutcome, JobStore, SchedulerBus
 from core.quotas import Quotas, TokenRequest, runs_key
+from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import recorded_event, run_event, run_message
 from core.timeutil import to_epoch_ms
 
@@ -112,12 +110,14 @@ class Scheduler:
 
     Args:
         store: the job store (source of truth).
-        bus: connected NATS adapter.
-        clock: wall clock (a fake one in tests).
+        bus: the work queue, notices and the recorders' progress (NATS: :class:`bus.nats.Bus`).
+        clock: wall clock (a fake one in tests); the publisher's waits, retries included.
+        timer: what the main loop's retry pauses are measured on; default: real time,
+            whatever ``clock`` is (unit tests pass their fake clock).
         config: see :class:`SchedulerConfig`.
+        markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         ownership: which partitions it may dispatch; default: all of them, alone.
         scheduler_id: unique id of this scheduler, recorded on the runs it dispatches.
-        markers: cancellation markers (``overlapPolicy: replace`` cancels the previous run).
         metrics: where it observes scheduling delays, skips, its heap and partitions; default:
             a registry of its own.
         on_finished_records: called with the ids of jobs it wrote a finished (SKIPPED) record
@@ -127,16 +127,18 @@ class Scheduler:
     def __init__(
         self,
         store: JobStore,
-        bus: Bus,
+        bus: SchedulerBus,
         clock: Clock,
         config: SchedulerConfig,
         *,
+        markers: CancelSignals,
         ownership: Ownership | None = None,
         scheduler_id: str = "scheduler",
-        markers: CancelMarkers | None = None,
         metrics: Metrics | None = None,
         on_finished_records: Callable[[list[str]], None] | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.store = store
         self._on_finished_records = on_finished_records
         self.bus = bus
@@ -152,7 +154,6 @@ class Scheduler:
         self._window_end = clock.now()
         self._next_scan = clock.now()
         self._taken: frozenset[int] = frozenset()
-        self._never = asyncio.Event()
         self._unpublished: dict[str, RunMessage] = {}
         self._strikes: dict[str, int] = {}
         self._waiting: dict[str, str] = {}
@@ -161,7 +162,7 @@ class Scheduler:
         self.at_due = FireHeap()
         self.prepared: TimedQueue[RunMessage] = TimedQueue()
         self._prepared_changed = asyncio.Event()
-        self.cancel_markers = markers or CancelMarkers(bus)
+        self.cancel_markers = markers
         self.dispatched = 0
         self.metrics = metrics or Metrics()
         self._rejected: set[str] = set()
@@ -224,17 +225,17 @@ class Scheduler:
 
     async def _loop(self) -> None:
         heap_size, owned_partitions = self.metrics.heap_size, self.metrics.owned_partitions
+        backoff = Backoff(RETRY, self.timer, stop=self._stopping, log=log)
         while not self._stopping.is_set():
             raise_if_cancelling()
             try:
                 await self._step()
+                backoff.reset()
             except (StoreUnavailable, BusUnavailable) as e:
-                log.warning("%s: %s; retrying in 1 s", self.name, e)
-                await self._pause(1.0)
+                await backoff.wait(self.name, e)
                 continue
             except StoreRejected as e:  # a read or a sweep write: a bug, never a crash loop
-                log.error("%s: %s; retrying in 1 s", self.name, e)
-                await self._pause(1.0)
+                await backoff.wait(self.name, e, level=logging.ERROR)
                 continue
             finally:
                 heap_size.set(len(self.heap))
@@ -249,22 +250,25 @@ class Scheduler:
         :meth:`_loop`; this task only waits for the earliest prepared run and publishes, so a
         slow store write never delays a run that is already due.
         """
+        # not cut short by stop(): a stopping scheduler still publishes what it prepared
+        backoff = Backoff(RETRY, self.clock, log=log)
         while not self._stopping.is_set() or self.prepared or self._unpublished:
             raise_if_cancelling()
             try:
                 if self._unpublished:
                     await self._publish(list(self._unpublished.values()))
                 await self._publish(self.prepared.pop_due(self.clock.now()))
+                backoff.reset()
             except BusUnavailable as e:
-                log.warning("%s: %s; retrying in 1 s", self.name, e)
-                # not cut short by stop(): a stopping scheduler still publishes what it prepared
-                await self.clock.sleep_until(self.clock.now() + timedelta(seconds=1), self._never)
+                await backoff.wait(self.name, e)
                 continue
             if self._stopping.is_set() and not self.prepared and not self._unpublished:
                 return
             deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
-            if self._unpublished:
-                deadline = min(deadline, self.clock.now() + timedelta(seconds=1))
+            if self._unpublished:  # a publish failed: retry after the delay, not at once
+                self._prepared_changed.clear()
+                retry_at = self.clock.now() + timedelta(seconds=RETRY.delay_s(1))
+                deadline = min(deadline, retry_at)
             await self.clock.sleep_until(deadline, self._prepared_changed)
             self._prepared_changed.clear()
 
@@ -281,11 +285,6 @@ class Scheduler:
         self._over_quota = {j: p for j, p in self._over_quota.items() if p not in partitions}
         log.info("%s dropped %d partition(s), %d heap entries", self.name, len(partitions), dropped)
 
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._stopping.wait()
-
     def _next_deadline(self) -> datetime:
         top = self.heap.peek()
         deadline = self._next_scan
@@ -299,9 +298,9 @@ class Scheduler:
             await self._take_over(self._taken)
             self._taken = frozenset()
         now = self.clock.now()
-        if now >= self._next_scan:
-            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
+        if now >= self._next_scan:  # a scan that fails is tried again with the step
             await self._scan()
+            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
         ahead = timedelta(seconds=self.config.prepare_ahead_s)
         while not self._stopping.is_set():
             now = self.clock.now()
@@ -712,6 +711,9 @@ class Scheduler:
         log.warning("%s: re-dispatching %d run(s) whose message was lost", self.name, len(messages))
         await self._publish(messages)
 
+
+RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+"""After a store or NATS outage the scheduler tries again every second."""
 
 HELD_BY_QUOTA = "held back by the owner's runs-per-minute quota"
 """Named in the misfire record of a job that the runs quota held past its misfire grace."""

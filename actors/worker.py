@@ -30,21 +30,14 @@ import msgspec
 
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
-from bus.cancel import CancelMarkers
-from bus.nats import (
-    Bus,
-    ConsumerMissing,
-    Delivery,
-    PullConsumer,
-    raise_if_cancelling,
-    run_decoder,
-    run_key,
-)
+from bus.nats import run_decoder, run_key
 from core.backoff import retry_delay
-from core.clock import Clock
-from core.errors import BusUnavailable, InvalidRequest
+from core.clock import Clock, SystemClock
+from core.errors import BusUnavailable, ConsumerMissing, InvalidRequest
 from core.ids import execution_id_of_msg_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
+from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
+from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import poison_event, run_event
 from core.tasks import TaskCatalog, TaskContext, TaskSpec
 from core.values import storable_event
@@ -78,6 +71,14 @@ class WorkerConfig:
     drain_timeout_s: float = 30.0
 
 
+PULL_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+"""A failed pull (NATS unreachable) is tried again every second."""
+REPORT_RETRY = RetryPolicy(first_s=0.1, max_s=5.0)
+"""A status report is published until it is stored: after 0.1 s, then twice as long each time
+up to 5 s, for as long as it takes (never cut short by a stop: the transition must reach the
+store)."""
+
+
 class RunCancelled(Exception):
     """A cancellation marker stopped the run."""
 
@@ -86,24 +87,28 @@ class Worker:
     """Consumes the work queues of ``config.queues`` and executes runs.
 
     Args:
-        bus: connected NATS adapter.
+        bus: the work queues and the status stream (NATS: :class:`bus.nats.Bus`).
         catalog: the tasks this worker can run.
         clock: wall clock for timestamps.
         config: see :class:`WorkerConfig`.
         markers: cancellation markers to watch (None: runs are not cancelled while running).
         metrics: where it observes runs (per task of ``catalog``) and redeliveries; default: a
             registry of its own.
+        timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
+            (unit tests pass their fake clock).
     """
 
     def __init__(
         self,
-        bus: Bus,
+        bus: WorkerBus,
         catalog: TaskCatalog,
         clock: Clock,
         config: WorkerConfig,
-        markers: CancelMarkers | None = None,
+        markers: CancelSignals | None = None,
         metrics: Metrics | None = None,
+        timer: Clock | None = None,
     ) -> None:
+        self.timer = timer or SystemClock()
         self.bus = bus
         self.catalog = catalog
         self.clock = clock
@@ -134,7 +139,7 @@ class Worker:
         Raises:
             BusUnavailable: when the work consumers cannot be created at start.
         """
-        consumers: dict[str, PullConsumer] = {}
+        consumers: dict[str, Consumer] = {}
         if not await self.bus.wait_for_streams(self._stopping):
             return
         try:
@@ -166,15 +171,15 @@ class Worker:
                 await consumer.close()
             self._cpu.close()
 
-    async def _recreate(self, queue: str) -> None:
+    async def _recreate(self, queue: str, backoff: Backoff) -> None:
         try:
             await self.bus.ensure_work_consumer(queue)  # the stream is a scheduler's to create
         except BusUnavailable as e:
-            log.warning("%s: cannot re-create the consumer of %s yet: %s", self.name, queue, e)
-            await self._pause(1.0)
+            await backoff.wait(f"{self.name}: cannot re-create the consumer of {queue} yet", e)
 
-    async def _pull(self, queue: str, consumer: PullConsumer, tg: asyncio.TaskGroup) -> None:
+    async def _pull(self, queue: str, consumer: Consumer, tg: asyncio.TaskGroup) -> None:
         redelivered = self.metrics.redeliveries.labels(queue=queue)
+        backoff = Backoff(PULL_RETRY, self.timer, stop=self._stopping, log=log)
         while not self._stopping.is_set():
             raise_if_cancelling()
             free = self.config.concurrency - self._active
@@ -186,12 +191,12 @@ class Worker:
                 deliveries = await consumer.fetch(free, timeout_s=1.0)
             except ConsumerMissing as e:
                 log.warning("%s: %s; re-creating it", self.name, e)
-                await self._recreate(queue)
+                await self._recreate(queue, backoff)
                 continue
             except BusUnavailable as e:
-                log.warning("%s: %s; retrying", self.name, e)
-                await self._pause(1.0)
+                await backoff.wait(self.name, e)
                 continue
+            backoff.reset()
             for d in deliveries:
                 if d.num_delivered > 1:
                     redelivered.inc()
@@ -208,12 +213,7 @@ class Worker:
         self._active -= 1
         self._freed.set()
 
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._stopping.wait()
-
-    async def _drain(self, consumers: list[PullConsumer]) -> None:
+    async def _drain(self, consumers: list[Consumer]) -> None:
         """Second phase of a stop: let in-flight runs finish up to the drain timeout, then hand
         the rest back (nak). Runs are handed back only after the last pull request of each
         consumer ended, so JetStream cannot deliver them straight back to this worker."""
@@ -508,16 +508,14 @@ class Worker:
         them), so what live clients see is what the store records, and no report is unencodable.
         """
         event = storable_event(event)
-        delay = 0.1
+        backoff = Backoff(REPORT_RETRY, self.timer, log=log)
         while True:
             raise_if_cancelling()
             try:
                 await self.bus.publish_status(event)
                 return
             except BusUnavailable as e:
-                log.warning("cannot report %s %s yet: %s", event.execution_id, event.status, e)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await backoff.wait(f"cannot report {event.execution_id} {event.status} yet", e)
 
     async def _settle(self, d: Delivery, execution_id: str, *, ack: bool) -> None:
         self._finished[execution_id] = ack

@@ -17,7 +17,6 @@ and the new leader expires at once every key older than the TTL.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import msgspec
 import nats.errors
@@ -26,15 +25,10 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bus.nats import Bus, translated
-from core.errors import BusUnavailable, JobschedError
+from core.errors import BusUnavailable, LeaseLost
+from core.ports import LeaseSnapshot
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(JobschedError):
-    """The lease was taken over or expired: stop using the partition at once."""
-
-    code = "lease_lost"
 
 
 class LeaseValue(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -53,14 +47,6 @@ def _owner(value: bytes) -> str | None:
     except msgspec.DecodeError:
         log.warning("lease value %r is not a lease; treating it as someone else's", value[:100])
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Live schedulers and taken partitions, as the bucket shows them now."""
-
-    members: frozenset[str]
-    taken: frozenset[int]
 
 
 class LeaseBucket:
@@ -166,7 +152,7 @@ class LeaseBucket:
         with translated("leave"):
             await self.kv.delete(f"m.{member}")
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self) -> LeaseSnapshot:
         """Current members and taken partitions (one listing of the bucket)."""
         with translated("list leases"):
             try:
@@ -177,4 +163,4 @@ class LeaseBucket:
                 raise BusUnavailable(f"NATS: list leases timed out: {e}") from e
         members = frozenset(k[2:] for k in keys if k.startswith("m."))
         taken = frozenset(int(k[2:]) for k in keys if k.startswith("p.") and k[2:].isdigit())
-        return Snapshot(members, taken)
+        return LeaseSnapshot(members, taken)

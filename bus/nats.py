@@ -58,7 +58,7 @@ from nats.js.api import (
 )
 
 from bus.tls import verifying_context, wants_tls
-from core.errors import BusUnavailable
+from core.errors import BusUnavailable, ConsumerMissing
 from core.ids import dead_letter_id, job_event_msg_id, owner_key, status_msg_id
 from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
 
@@ -154,18 +154,6 @@ class BusConfig:
         return f"workers-{queue}"
 
 
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation that a library swallowed.
-
-    ``asyncio.wait_for`` (used inside nats-py) can lose a cancellation that races with its
-    result on Python 3.11; a loop that calls such code checks this at its head, so a stop always
-    ends it.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
 def run_key(execution_id: str) -> str:
     """Subject token of a run: 16 hex digits of BLAKE2b of its execution id."""
     return hashlib.blake2b(execution_id.encode(), digest_size=8).hexdigest()
@@ -237,10 +225,6 @@ class Delivery:
         """``+TERM``: never redeliver this message."""
         with translated("term"):
             await self._msg.term()
-
-
-class ConsumerMissing(BusUnavailable):
-    """A pull request found no consumer (its stream or the consumer itself was deleted)."""
 
 
 class PullConsumer:
@@ -554,19 +538,24 @@ class Bus:
             options["inbox_prefix"] = creds.inbox_prefix
         if self.config.wants_tls:
             options["tls"] = self.config.tls or verifying_context()
-        await nc.connect(
-            **options,
-            servers=self.config.servers,
-            name=self.name,
-            max_reconnect_attempts=attempts,
-            reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
-            connect_timeout=2,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-            error_cb=on_error,
-            allow_reconnect=True,
-            drain_timeout=DRAIN_TIMEOUT_S,
-        )
+        try:
+            await nc.connect(
+                **options,
+                servers=self.config.servers,
+                name=self.name,
+                max_reconnect_attempts=attempts,
+                reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
+                connect_timeout=2,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                error_cb=on_error,
+                allow_reconnect=True,
+                drain_timeout=DRAIN_TIMEOUT_S,
+            )
+        except BaseException:  # nats-py leaves the socket of a refused connection open
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                await nc.close()
+            raise
         return nc
 
     async def close(self) -> None:

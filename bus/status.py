@@ -33,8 +33,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from bus.nats import Bus, ConsumerMissing, PullConsumer, translated
-from core.errors import BusUnavailable
+from bus.nats import Bus, PullConsumer, translated
+from core.errors import BusUnavailable, ConsumerMissing
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,10 @@ class SystemClock:
 class FakeClock:
     """A clock that only moves when told to; sleepers wake when it passes their deadline.
 
+    It also knows who sleeps on it: :meth:`until_asleep` waits until a number of tasks sleep
+    having seen the current time (an actor has done everything it can do now), and
+    :meth:`deadlines` tells when they want to wake (the delay a retry chose).
+
     Args:
         start: the initial instant (aware).
     """
@@ -52,6 +56,8 @@ class FakeClock:
     def __init__(self, start: datetime) -> None:
         self._now = to_utc_ms(start)
         self._moved = asyncio.Event()
+        self._asleep: dict[asyncio.Task[object], tuple[datetime, asyncio.Event]] = {}
+        self._asleep_changed = asyncio.Event()
 
     def now(self) -> datetime:
         return self._now
@@ -64,16 +70,46 @@ class FakeClock:
     async def set(self, t: datetime) -> None:
         """Jump to ``t`` (may go backwards, to test clock steps) and wake sleepers."""
         self._now = to_utc_ms(t.astimezone(UTC))
+        self._asleep.clear()  # each sleeper has to see the new time before it counts again
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()
         await asyncio.sleep(0)
 
     async def sleep_until(self, deadline: datetime, wake: asyncio.Event) -> None:
-        while self._now < deadline and not wake.is_set():
-            moved = self._moved
-            waiters = {asyncio.ensure_future(moved.wait()), asyncio.ensure_future(wake.wait())}
-            try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    w.cancel()
+        me = asyncio.current_task()
+        try:
+            while self._now < deadline and not wake.is_set():
+                moved = self._moved
+                if me is not None:
+                    self._asleep[me] = (deadline, wake)
+                    self._asleep_changed.set()
+                waiters = {asyncio.ensure_future(moved.wait()), asyncio.ensure_future(wake.wait())}
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+        finally:
+            if me is not None:
+                self._asleep.pop(me, None)
+
+    def deadlines(self) -> list[datetime]:
+        """When the tasks asleep on this clock (having seen its current time) want to wake,
+        earliest first."""
+        return sorted(d for d, wake in self._asleep.values() if not wake.is_set())
+
+    async def until_asleep(self, count: int, *, timeout_s: float = 5.0) -> None:
+        """Wait until ``count`` tasks sleep on this clock having seen its current time and
+        with their wake event clear: they have done all they can until it moves.
+
+        Raises:
+            TimeoutError: they did not within ``timeout_s`` seconds (of real time).
+        """
+        async with asyncio.timeout(timeout_s):
+            while len(self.deadlines()) < count:
+                self._asleep_changed.clear()
+                try:
+                    async with asyncio.timeout(0.01):  # a wake event set elsewhere is not seen
+                        await self._asleep_changed.wait()
+                except TimeoutError:
+                    continue

@@ -168,6 +168,16 @@ class BusUnavailable(Unavailable):
     code = "bus_unavailable"
 
 
+class ConsumerMissing(BusUnavailable):
+    """A pull request found no consumer (its stream or the consumer itself was deleted)."""
+
+
+class LeaseLost(JobschedError):
+    """The lease was taken over or expired: stop using the partition at once."""
+
+    code = "lease_lost"
+
+
 class ConfigError(JobschedError, ValueError):
     """A setting is missing or invalid; raised at start-up, never while serving."""
 

@@ -1,26 +1,35 @@
 """Interfaces the adapters implement (``typing.Protocol``), all on one page.
 
-``store/`` implements :class:`JobStore` (SQLite, MongoDB). Actors and the gateway depend on these
-protocols only, never on a driver.
+``store/`` implements :class:`JobStore` (SQLite, MongoDB); ``bus/`` the bus roles below
+(:class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`, :class:`StatusIntake`,
+:class:`RecorderProgress`, :class:`EventFeed`, :class:`Notices`, :class:`CancelSignals`,
+:class:`Leases`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py`` in memory. The
+scheduler, worker and recorder depend on these protocols only, never on a driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
-from core.errors import Conflict
+from core.errors import BusUnavailable, Conflict
 from core.model import (
     DeadLetter,
+    Event,
     Execution,
     ExecutionStatus,
     Job,
+    JobNotice,
     JobSpec,
     JobStatus,
     Page,
+    RunMessage,
+    RunsFinished,
     StatusEvent,
 )
 from core.quotas import TokenRequest
@@ -375,5 +384,359 @@ class JobStore(Protocol):
 
         Raises:
             InvalidRequest: on field ``cursor``.
+        """
+        ...
+
+
+# --- the bus: what the actors ask of NATS ---------------------------------------------------
+#
+# ``bus/`` implements these with NATS JetStream (:class:`bus.nats.Bus`, :class:`bus.nats.
+# PullConsumer`, :class:`bus.leases.LeaseBucket`, :class:`bus.cancel.CancelMarkers`);
+# ``tests/fakes.py`` in memory. Failures surface as :class:`core.errors.BusUnavailable` (retry);
+# no driver exception escapes.
+
+
+class Delivery(Protocol):
+    """One message handed out by a :class:`Consumer`, with its acknowledgement verbs
+    (JetStream: ``+ACK``, ``-NAK``, ``+WPI``, ``+TERM``; NATS ADR-15)."""
+
+    @property
+    def data(self) -> bytes: ...
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def msg_id(self) -> str | None:
+        """The publisher's de-duplication id (``Nats-Msg-Id``), if it set one."""
+        ...
+
+    @property
+    def num_delivered(self) -> int:
+        """1 for the first delivery, +1 for each redelivery (ack-wait expiry or nak)."""
+        ...
+
+    @property
+    def stored_id(self) -> str:
+        """The identity of the stored message, the same on every redelivery."""
+        ...
+
+    async def ack(self) -> None:
+        """Done: never deliver it again."""
+        ...
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        """Deliver it again after ``delay_s`` seconds (None: at once)."""
+        ...
+
+    async def in_progress(self) -> None:
+        """Still working on it: restart its ack-wait timer."""
+        ...
+
+    async def term(self) -> None:
+        """Never deliver it again, without success (poison, given up)."""
+        ...
+
+
+class Consumer(Protocol):
+    """A durable consumer shared by every process of one role (work queue, status stream)."""
+
+    async def fetch(self, batch: int, timeout_s: float) -> Sequence[Delivery]:
+        """Up to ``batch`` messages, waiting up to ``timeout_s`` seconds for the first ([] after
+        that). ``batch`` is the caller's free capacity: what is handed out is the caller's to
+        acknowledge.
+
+        Raises:
+            ConsumerMissing: the consumer (or its stream) was deleted; ensure it and fetch again.
+            BusUnavailable: the request could not be sent.
+        """
+        ...
+
+    async def quiesce(self) -> int:
+        """Take no more: hand back (nak) what is still arriving; how many were handed back."""
+        ...
+
+    def take_unprocessed(self) -> Sequence[Delivery]:
+        """Messages received but not handed out yet (to hand back on shutdown)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Subscription(Protocol):
+    """A subscription to notices; closing it works whether or not the connection lives."""
+
+    async def close(self) -> None: ...
+
+
+class Streams(Protocol):
+    async def wait_for_streams(self, stop: asyncio.Event, *, interval_s: float = 1.0) -> bool:
+        """Wait until the work and status streams exist (a scheduler creates them); True once
+        they do, False if ``stop`` was set first.
+
+        Raises:
+            BusUnavailable: a lookup was not answered.
+        """
+        ...
+
+
+class RunQueue(Protocol):
+    """The work queue, as the scheduler (and the manual trigger) see it: publish runs, and ask
+    whether a run's message is still queued."""
+
+    async def publish_runs(self, runs: Sequence[RunMessage]) -> list[BusUnavailable | None]:
+        """Publish runs to their queues; one result per run, in order (None: stored).
+
+        De-duplicated by execution id (``Nats-Msg-Id``) within the duplicate window, so
+        re-publishing a run whose first publish went through stores no second message.
+        """
+        ...
+
+    async def runs_in_stream(self, runs: Iterable[tuple[str, str]]) -> set[str]:
+        """The execution ids among ``(queue, execution id)`` pairs whose message is still held
+        (queued, delivered, or waiting for a retry); not once acked, terminated or lost.
+
+        Raises:
+            BusUnavailable: a lookup failed.
+        """
+        ...
+
+    async def ensure_streams_quietly(self) -> None:
+        """Re-create deleted streams, best effort (after a failed publish); never raises."""
+        ...
+
+
+class WorkIntake(Protocol):
+    """The work queue, as a worker sees it."""
+
+    async def work_consumer(self, queue: str) -> Consumer:
+        """The consumer every worker of ``queue`` shares (created if missing).
+
+        Raises:
+            BusUnavailable: it cannot be created or bound.
+        """
+        ...
+
+    async def ensure_work_consumer(self, queue: str) -> None:
+        """Create the consumer of ``queue`` again (after :class:`ConsumerMissing`)."""
+        ...
+
+
+class StatusReports(Protocol):
+    """The status stream, as a worker writes it."""
+
+    async def publish_status(self, event: StatusEvent) -> None:
+        """Store one transition durably; de-duplicated by (execution id, status, attempt).
+
+        Raises:
+            BusUnavailable: not acknowledged (retry).
+        """
+        ...
+
+
+class StatusIntake(Protocol):
+    """The status stream, as the recorders consume it."""
+
+    async def recorder_consumer(self) -> Consumer:
+        """The consumer that every recorder shares (created if missing)."""
+        ...
+
+    async def ensure_recorder_consumer(self) -> None:
+        """Create it again (after :class:`ConsumerMissing`)."""
+        ...
+
+
+class RecorderProgress(Protocol):
+    """How far the recorders got: the re-dispatch sweep's proof that no event is in flight."""
+
+    async def status_last_seq(self) -> int:
+        """Sequence number of the newest event in the status stream (0: none)."""
+        ...
+
+    async def recorder_ack_floor(self) -> int:
+        """Sequence up to which every status event has been recorded in the store."""
+        ...
+
+
+class EventFeed(Protocol):
+    """Events for live clients that the store already holds (job changes, QUEUED, SKIPPED)."""
+
+    async def publish_events(self, events: Sequence[Event]) -> int:
+        """Publish, best effort (failures are logged, not raised); how many were stored."""
+        ...
+
+
+class Notices(Protocol):
+    """Best-effort core-NATS notices between processes; a lost one is covered by a scan."""
+
+    async def notify(self, notice: JobNotice) -> None:
+        """A job was created or changed: tell its partition's scheduler."""
+        ...
+
+    async def subscribe_notices(
+        self, handler: Callable[[JobNotice], Awaitable[None]]
+    ) -> Subscription:
+        """``handler`` for every job notice of every partition."""
+        ...
+
+    async def publish_finished(self, job_ids: list[str]) -> None:
+        """Runs of these jobs ended (schedulers wake ``bufferOne`` occurrences)."""
+        ...
+
+    async def subscribe_finished(
+        self, handler: Callable[[RunsFinished], Awaitable[None]]
+    ) -> Subscription:
+        """``handler`` for every finished-runs notice."""
+        ...
+
+
+class QueueDepth(Protocol):
+    async def queue_depth(self, queue: str) -> int:
+        """Runs waiting in ``queue``: not yet delivered plus delivered and not yet acknowledged.
+
+        Raises:
+            BusUnavailable: not answered (also while the queue's consumer does not exist).
+        """
+        ...
+
+
+class SchedulerBus(RunQueue, RecorderProgress, EventFeed, Notices, Protocol):
+    """What :class:`actors.scheduler.Scheduler` needs of the bus."""
+
+
+class WorkerBus(Streams, WorkIntake, StatusReports, Protocol):
+    """What :class:`actors.worker.Worker` needs of the bus."""
+
+
+class RecorderBus(Streams, StatusIntake, Notices, Protocol):
+    """What :class:`actors.recorder.Recorder` needs of the bus."""
+
+
+class CancelSignals(Protocol):
+    """Cancellation markers: "no run of this job may start or continue" and "this run must
+    stop", seen by every worker (a NATS KV bucket, :mod:`bus.cancel`)."""
+
+    ready: asyncio.Event
+    """Set once the markers that existed when :meth:`watch` started are known."""
+
+    async def cancel_job(self, job_id: str) -> None:
+        """Mark every run of ``job_id`` cancelled (idempotent)."""
+        ...
+
+    async def cancel_run(self, execution_id: str) -> None:
+        """Mark one run cancelled (idempotent; ``overlapPolicy: replace``)."""
+        ...
+
+    def is_cancelled(self, job_id: str, execution_id: str) -> bool:
+        """Whether a marker seen so far names the job or the run."""
+        ...
+
+    async def watch(self, on_marker: Callable[[str | None, str | None], None]) -> None:
+        """Follow the markers until cancelled: ``on_marker(job_id, None)`` for a job marker,
+        ``on_marker(None, run_key)`` for a run marker (:func:`bus.nats.run_key`)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSnapshot:
+    """Live schedulers and taken partitions, as the lease bucket shows them now."""
+
+    members: frozenset[str]
+    taken: frozenset[int]
+
+
+class Leases(Protocol):
+    """Partition leases with fencing tokens, and scheduler membership (:mod:`bus.leases`).
+
+    A lease expires ``ttl`` seconds after its last write unless renewed; its revision is the
+    fencing token every renewal and release is checked against.
+    """
+
+    async def open(self) -> None:
+        """Create the bucket if missing (idempotent)."""
+        ...
+
+    async def acquire(self, partition: int, owner: str) -> int | None:
+        """Take ``partition``; its revision, or None when another owner holds it. A lease that
+        names ``owner`` already is taken back."""
+        ...
+
+    async def renew(self, partition: int, owner: str, revision: int) -> int:
+        """Extend the lease; its new revision.
+
+        Raises:
+            LeaseLost: expired or taken over.
+            BusUnavailable: not answered (the lease may still be valid: retry).
+        """
+        ...
+
+    async def release(self, partition: int, revision: int) -> None:
+        """Give it up, only if still ours at ``revision``."""
+        ...
+
+    async def heartbeat(self, member: str) -> None: ...
+
+    async def leave(self, member: str) -> None: ...
+
+    async def snapshot(self) -> LeaseSnapshot:
+        """Current members and taken partitions."""
+        ...
+
+
+# --- request-reply services ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to one service request.
+
+    Attributes:
+        data: the body.
+        error_code: None on success; else the service error code (the NATS services protocol,
+            ADR-32: header ``Nats-Service-Error-Code``; jobsched sends the HTTP status).
+        error: the error's description (header ``Nats-Service-Error``).
+        headers: further headers (``Retry-After`` …).
+    """
+
+    data: bytes
+    error_code: str | None = None
+    error: str | None = None
+    headers: Mapping[str, str] | None = None
+
+
+ServiceHandler = Callable[[bytes, Mapping[str, str]], Awaitable[Reply]]
+"""One endpoint: ``(request body, request headers) -> reply``. An exception it raises is
+answered as an error ``500`` (and logged) by the host."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    """A request-reply service (ADR-32: discoverable by ``$SRV.PING`` / ``INFO`` / ``STATS``).
+
+    Attributes:
+        name: the service name.
+        version: its semantic version.
+        description: one line for humans.
+        queue_group: every instance answers in this queue group (one of them per request).
+        group: endpoints answer on ``<prefix>.<group>.<endpoint>``.
+    """
+
+    name: str
+    version: str
+    description: str
+    queue_group: str
+    group: str
+
+
+class ServiceHost(Protocol):
+    """Serves request-reply endpoints (NATS: :class:`bus.micro.MicroHost`)."""
+
+    def serve(
+        self, spec: ServiceSpec, endpoints: Mapping[str, ServiceHandler]
+    ) -> AbstractAsyncContextManager[None]:
+        """Serve ``endpoints`` while the context is open; stopped (and deregistered) on exit.
+
+        Raises:
+            BusUnavailable: the service could not be started.
         """
         ...

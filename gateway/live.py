@@ -23,11 +23,12 @@ import time
 from typing import Protocol
 
 from actors.metrics import Metrics
-from bus.nats import Bus, raise_if_cancelling
+from bus.nats import Bus
 from bus.status import EventBatch, StatusFeed, StatusReader, StoredEvent
 from core.backoff import retry_delay
 from core.errors import BusUnavailable
 from core.ratelimit import TokenBucket
+from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 

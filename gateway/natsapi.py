@@ -28,16 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import msgspec
-from nats.micro import add_service
-from nats.micro.request import Request
-from nats.micro.service import Service
 
-from bus.nats import Bus
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
@@ -50,7 +46,7 @@ from core.errors import (
     Unavailable,
 )
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
-from core.ports import JobQuery
+from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
 from gateway.auth import principal_from_authorization
 from gateway.problems import quota_limit, retry_after
@@ -59,6 +55,13 @@ from gateway.service import JobService
 log = logging.getLogger(__name__)
 
 VERSION = "1.0.0"
+SPEC = ServiceSpec(
+    name="jobsched",
+    version=VERSION,
+    description="jobsched job API (same requests and responses as HTTP)",
+    queue_group="jobsched-api",
+    group="api",
+)
 
 
 class JobRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -173,13 +176,13 @@ class NatsApi:
     """Serves :data:`OPERATIONS` over NATS until stopped (an actor of the gateway role).
 
     Args:
-        bus: connected NATS adapter.
+        host: serves the endpoints (NATS: :class:`bus.micro.MicroHost`).
         service: the job service shared with HTTP.
         secret: the bearer-token key.
     """
 
-    def __init__(self, bus: Bus, service: JobService, secret: str) -> None:
-        self.bus = bus
+    def __init__(self, host: ServiceHost, service: JobService, secret: str) -> None:
+        self.host = host
         self.service = service
         self.secret = secret
         self.name = "nats-api"
@@ -190,30 +193,18 @@ class NatsApi:
         self._stop.set()
 
     async def run(self) -> None:
-        svc: Service = await add_service(
-            self.bus.nc,
-            name="jobsched",
-            version=VERSION,
-            description="jobsched job API (same requests and responses as HTTP)",
-            queue_group="jobsched-api",
-        )
-        try:
-            group = svc.add_group(name=f"{self.bus.config.prefix}.api")
-            for name in OPERATIONS:
-                await group.add_endpoint(name=name, handler=self._handler(name))
+        endpoints = {name: self._handler(name) for name in OPERATIONS}
+        async with self.host.serve(SPEC, endpoints):
             self.ready.set()
             await self._stop.wait()
-        finally:
-            await svc.stop()
 
-    def _handler(self, name: str) -> Callable[[Request], Awaitable[None]]:
+    def _handler(self, name: str) -> ServiceHandler:
         operation = OPERATIONS[name]
 
-        async def handle(req: Request) -> None:
-            headers = dict(req.headers or {})
+        async def handle(data: bytes, headers: Mapping[str, str]) -> Reply:
             try:
                 user = principal_from_authorization(headers.get("Authorization"), self.secret)
-                result = await operation(self.service, user, req.data, headers)
+                result = await operation(self.service, user, data, dict(headers))
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)
@@ -222,16 +213,12 @@ class NatsApi:
                 extra = None
                 if isinstance(e, QuotaExceeded) and e.retry_after_s is not None:
                     extra = {"Retry-After": retry_after(e.retry_after_s)}
-                await req.respond_error(
-                    str(e.status), e.message, data=_problem(e, name), headers=extra
-                )
-                return
+                return Reply(_problem(e, name), str(e.status), e.message, extra)
             except Exception:
                 log.exception("NATS API %s failed", name)
                 err = JobschedError("an unexpected error; see the server log")
-                await req.respond_error("500", err.message, data=_problem(err, name))
-                return
-            await req.respond(_encoder.encode(result))
+                return Reply(_problem(err, name), "500", err.message)
+            return Reply(_encoder.encode(result))
 
         return handle
 

@@ -32,6 +32,7 @@ from bus.auth import Credentials, credentials_file_name, read_credentials
 from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
+from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
@@ -535,7 +536,7 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
     )
     app = create_app(deps)
     return Gateway(app, settings.http_host, settings.http_port), NatsApi(
-        api_bus, app[SERVICE], secret
+        MicroHost(api_bus), app[SERVICE], secret
     )
 
 

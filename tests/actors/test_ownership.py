@@ -12,8 +12,9 @@ import pytest
 
 from actors.metrics import Metrics
 from actors.ownership import VALIDITY, LeaseOwnership
-from bus.leases import LeaseBucket, LeaseLost
+from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
+from core.errors import LeaseLost
 from jobsched.natsserver import NatsServer
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from actors.scheduler import Scheduler, SchedulerConfig
+from bus.cancel import CancelMarkers
 from bus.nats import Bus, BusConfig
 from core.clock import SystemClock
 from core.errors import StoreRejected
@@ -62,7 +63,7 @@ async def test_a_refused_dispatch_holds_back_its_job_only(
     for j in jobs:
         await store.create_job(j)
     config = SchedulerConfig(partitions=4, scan_interval_s=0.2, prepare_ahead_s=0)
-    scheduler = Scheduler(store, bus, SystemClock(), config)
+    scheduler = Scheduler(store, bus, SystemClock(), config, markers=CancelMarkers(bus))
     good = [execution_id(j.id, now) for j in jobs if j.id != "poison"]
     try:
         with caplog.at_level(logging.ERROR, logger="actors.scheduler"):

@@ -363,9 +363,11 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
         anonymous = Client()
         try:
             with pytest.raises((nats.errors.Error, nats.errors.NoServersError)):
-                await anonymous.connect(exports["NATS_URL"], allow_reconnect=False)
-        finally:
-            await anonymous.close()  # nats-py leaves a refused socket open otherwise
+                await anonymous.connect(
+                    exports["NATS_URL"], allow_reconnect=False, connect_timeout=2
+                )
+        finally:  # nats-py leaves the socket of a refused connection open otherwise
+            await anonymous.close()
         prefix = load_settings(env).subject_prefix
         async with NatsJobschedClient(exports["NATS_URL"], token, prefix=prefix) as api:
             job = await api.create_job({"taskId": "noop"})
