@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.peer_systems import PEERS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (module, options, a header line the table must print); the sizes keep each case to seconds
@@ -60,7 +62,7 @@ SLOW_CASES = [
 ]
 
 
-NO_RESULTS_FILE = {"failover", "profile_report"}
+NO_RESULTS_FILE = {"profile_report"}
 """Entry points that write no results file, so take no ``--no-save``."""
 
 
@@ -104,3 +106,27 @@ def test_profile_report_summarises_a_py_spy_file(tmp_path: Path) -> None:
     out = run_bench("profile_report", [str(tmp_path)])
     assert "one-stack.txt: 4 samples" in out
     assert "dispatch (actors/scheduler.py:42)" in out
+
+
+@pytest.mark.slow
+def test_peers_run_each_peer_or_say_why_not(tmp_path: Path) -> None:
+    """Every peer whose libraries and redis-server are here gets a row; the others say why not.
+
+    The burst workload alone: each run starts the peer afresh, and its steady path is the same
+    code with other due times (jobsched's steady path is the sustained case above).
+    """
+    out = run_bench(
+        "peers",
+        [*("--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1")],
+        timeout_s=300,
+    )
+    assert "burst: all started" in out
+    for cls in PEERS.values():
+        peer = cls(tmp_path, tmp_path / "log")
+        rows = [ln for ln in out.splitlines() if ln.startswith(peer.name + "  ")]
+        if peer.missing() is None:
+            assert len(rows) == 1, f"no row for {peer.name}:\n{out}"
+            assert "never" not in rows[0], f"{peer.name} did not run every job:\n{out}"
+        else:
+            assert f"{peer.name}: SKIPPED" in out
+    assert any(ln.startswith("jobsched (one, SQLite)  ") for ln in out.splitlines())
