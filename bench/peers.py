@@ -81,6 +81,13 @@ async def wait_records(
         await asyncio.sleep(0.1)
 
 
+def lateness(records: Sequence[tuple[float, float]], jobs: int) -> list[float]:
+    """Seconds from due to started of each of ``jobs`` jobs, inf for each that never started;
+    the warm-up job's record is left out."""
+    late = [s - d for d, s in records if d != WARMUP_DUE]
+    return late + [math.inf] * (jobs - len(late))
+
+
 async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> dict[str, Any]:
     """One run of workload ``w`` on a fresh ``cls``: submission figures and start delays."""
     root = Path(tempfile.mkdtemp(prefix="jobsched-peers-"))
@@ -116,16 +123,15 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
             print(f"(kept {root})", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    started = [(d, s) for d, s in recs if d != WARMUP_DUE]
-    lateness = [s - d for d, s in started] + [math.inf] * (len(dues) - len(started))
+    late = lateness(recs, len(dues))
     return {
         "submit_s": submit_s,
         "submit_rate_per_s": len(dues) / submit_s if submit_s else math.nan,
         "submit_overrun_s": max(0.0, overrun),
         "jobs": len(dues),
-        "started": len(started),
-        "all_started_s": max(lateness) if lateness else math.nan,
-        "_start": Summary.of(lateness),
+        "started": sum(1 for x in late if x != math.inf),
+        "all_started_s": max(late, default=math.nan),
+        "_start": Summary.of(late),
     }
 
 
