@@ -43,7 +43,7 @@ from actors.ownership import Ownership, StaticOwnership
 from bus.cancel import CancelMarkers
 from bus.nats import Bus, raise_if_cancelling
 from core.clock import Clock
-from core.dispatch import JobPlan, due_at, plan_job, recorded_event, run_event
+from core.dispatch import JobPlan, due_at, plan_job
 from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
@@ -63,7 +63,7 @@ from core.model import (
 )
 from core.ports import Dispatch, DispatchOutcome, JobStore
 from core.quotas import Quotas, TokenRequest, runs_key
-from core.schedule import DEFAULT_MISFIRE_GRACE_S
+from core.runs import recorded_event, run_event, run_message
 from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,6 @@ class SchedulerConfig:
             off the critical path (seconds; 0 = record at the due time). The scheduler wakes
             when the earliest job is half this far off and then records every job due within
             all of it, so under load one store transaction covers ~half a lead of runs.
-        misfire_grace_s: a run starting this late is still on time (seconds).
         duplicate_window_s: the work stream's de-duplication window (seconds). On taking a
             partition over, its QUEUED runs recorded within half of it are published again
             under their execution id, which JetStream drops if the first publish happened.
@@ -103,7 +102,6 @@ class SchedulerConfig:
     batch: int = 500
     heap_limit: int = 100_000
     prepare_ahead_s: float = 1.0
-    misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S
     duplicate_window_s: float = 120.0
     drain_s: float = 5.0
     quotas: Quotas = field(default_factory=Quotas)
@@ -362,7 +360,7 @@ class Scheduler:
             if job is None or not _resendable(job, run):
                 continue  # the re-dispatch sweep closes it
             when = run.scheduled_for + timedelta(milliseconds=run.jitter_ms)
-            self.prepared.add(when, _run_message(job, run, now, attempt_offset=0))
+            self.prepared.add(when, run_message(job, run, now))
             taken += 1
         if taken:
             self._prepared_changed.set()
@@ -402,7 +400,7 @@ class Scheduler:
             if not outcome.advanced:
                 continue
             if d.execution.status == ExecutionStatus.QUEUED:
-                ready.append((when, _run_message(job, d.execution, now, attempt_offset=0)))
+                ready.append((when, run_message(job, d.execution, now)))
             elif d.execution.skip_reason:
                 self._skipped(d.execution)
             if outcome.created:
@@ -647,7 +645,7 @@ class Scheduler:
         for msg, err in zip(messages, results, strict=True):
             if err is None:
                 self._unpublished.pop(msg.execution_id, None)
-                if msg.redispatch:
+                if msg.redispatched_at_ms:
                     redispatched += 1
                 else:
                     delay.observe(max(0.0, acked_at - msg.scheduled_for.timestamp()))
@@ -705,8 +703,8 @@ class Scheduler:
                     self.metrics.skipped(event.error)
             log.info("%s: closed %d run(s) that must not run any more", self.name, len(dead))
         messages = [
-            _run_message(
-                jobs[e.job_id], e, at, attempt_offset=e.attempt, redispatch=to_epoch_ms(at)
+            run_message(
+                jobs[e.job_id], e, at, attempt_offset=e.attempt, redispatched_at_ms=to_epoch_ms(at)
             )
             for e in live
             if e.id not in self._unpublished
@@ -748,24 +746,3 @@ def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent
     else:
         status, reason = ExecutionStatus.SKIPPED, "orphan: recorded but never dispatched"
     return run_event(run, status, attempt=run.attempt, at=at, finished_at=at, error=reason)
-
-
-def _run_message(
-    job: Job, ex: Execution, now: datetime, *, attempt_offset: int, redispatch: int = 0
-) -> RunMessage:
-    return RunMessage(
-        execution_id=ex.id,
-        job_id=job.id,
-        owner=job.owner,
-        partition=job.partition,
-        task_id=job.task_id,
-        queue=job.queue,
-        parameters=job.parameters,
-        scheduled_for=ex.scheduled_for,
-        published_at=now,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-        attempt_offset=attempt_offset,
-        redispatch=redispatch,
-        trigger=ex.trigger,
-    )

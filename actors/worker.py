@@ -43,7 +43,9 @@ from bus.nats import (
 from core.backoff import retry_delay
 from core.clock import Clock
 from core.errors import BusUnavailable, InvalidRequest
+from core.ids import execution_id_of_msg_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
+from core.runs import poison_event, run_event
 from core.tasks import TaskCatalog, TaskContext, TaskSpec
 from core.values import storable_event
 
@@ -468,29 +470,19 @@ class Worker:
 
     async def _poison(self, d: Delivery, error: str) -> None:
         """A message that is not a run: record what can be recorded, then terminate it."""
-        exec_id = d.msg_id.split("|")[0] if d.msg_id else None
+        exec_id = execution_id_of_msg_id(d.msg_id) if d.msg_id else None
         log.error("terminating poison message %s: %s", exec_id or "(no Nats-Msg-Id)", error)
-        if exec_id and ":" in exec_id:
-            job_id, _, at = exec_id.partition(":")
-            with contextlib.suppress(ValueError, msgspec.ValidationError):
-                scheduled_for = msgspec.convert(at, datetime)
-                now = self.clock.now()
-                await self._report(
-                    StatusEvent(
-                        execution_id=exec_id,
-                        job_id=job_id,
-                        owner="",
-                        partition=0,
-                        task_id="",
-                        status=ExecutionStatus.FAILED,
-                        attempt=d.num_delivered,
-                        at=now,
-                        scheduled_for=scheduled_for,
-                        finished_at=now,
-                        worker_id=self.config.worker_id,
-                        error=error,
-                    )
-                )
+        event = None
+        if exec_id:
+            event = poison_event(
+                exec_id,
+                attempt=d.num_delivered,
+                at=self.clock.now(),
+                worker_id=self.config.worker_id,
+                error=error,
+            )
+        if event is not None:
+            await self._report(event)
         await d.term()
         self._unknown_task.failed.inc()
 
@@ -498,18 +490,11 @@ class Worker:
         return self._task_metrics.get(task_id, self._unknown_task)
 
     def _event_base(self, run: RunMessage, attempt: int, started: datetime | None) -> StatusEvent:
-        return StatusEvent(
-            execution_id=run.execution_id,
-            job_id=run.job_id,
-            owner=run.owner,
-            partition=run.partition,
-            task_id=run.task_id,
-            queue=run.queue,
-            status=ExecutionStatus.RUNNING,
+        return run_event(
+            run,
+            ExecutionStatus.RUNNING,
             attempt=attempt,
-            max_attempts=run.max_attempts,
             at=started or self.clock.now(),
-            scheduled_for=run.scheduled_for,
             published_at=run.published_at,
             started_at=started,
             worker_id=self.config.worker_id,

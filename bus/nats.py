@@ -59,7 +59,7 @@ from nats.js.api import (
 
 from bus.tls import verifying_context, wants_tls
 from core.errors import BusUnavailable
-from core.ids import owner_key
+from core.ids import dead_letter_id, job_event_msg_id, owner_key, status_msg_id
 from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ class Delivery:
         stored message, the same on every redelivery (and not reused by a re-created stream,
         whose sequences start again)."""
         md = self._msg.metadata
-        return f"{md.stream}:{md.sequence.stream}:{int(md.timestamp.timestamp() * 1000)}"
+        return dead_letter_id(md.stream, md.sequence.stream, int(md.timestamp.timestamp() * 1000))
 
     async def ack(self) -> None:
         with translated("ack"):
@@ -840,7 +840,7 @@ class Bus:
             BusUnavailable: when it was not acknowledged (the caller retries).
         """
         subject = self.config.status_subject(event.owner, event.job_id)
-        msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+        msg_id = status_msg_id(event.execution_id, event.status, event.attempt)
         with translated("publish status"):
             await self.js.publish(
                 subject, run_encoder.encode(event), headers={MSG_ID: msg_id}, timeout=5
@@ -855,9 +855,9 @@ class Bus:
         futures = []
         for event in events:
             if isinstance(event, JobEvent):
-                msg_id = f"{event.job_id}|{event.event}|{event.at.timestamp()}"
+                msg_id = job_event_msg_id(event.job_id, event.event, event.at)
             else:
-                msg_id = f"{event.execution_id}|{event.status}|{event.attempt}"
+                msg_id = status_msg_id(event.execution_id, event.status, event.attempt)
             try:
                 with translated("publish event"):
                     futures.append(

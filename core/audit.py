@@ -24,24 +24,11 @@ from typing import Any
 import msgspec
 
 from core.access import Principal, Role
-from core.model import Job, Model
+from core.model import SPEC_FIELDS, Job, Model
 
-SPEC_FIELDS = (
-    "task_id",
-    "schedule",
-    "queue",
-    "max_attempts",
-    "timeout_seconds",
-    "misfire_policy",
-    "misfire_grace_seconds",
-    "max_catch_up",
-    "overlap_policy",
-    "history_limit",
-    "history_max_age_seconds",
-    "status",
-    "next_run_at",
-)
-"""The job fields whose old and new values a record keeps (``parameters`` is redacted)."""
+RECORDED_FIELDS = (*(f for f in SPEC_FIELDS if f != "parameters"), "status", "next_run_at")
+"""The job fields whose old and new values a record keeps: its options but ``parameters``
+(redacted, each key recorded as changed or not), its status and next run time."""
 
 _NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Job)}
 
@@ -168,7 +155,7 @@ def job_changes(before: Job | None, after: Job | None) -> list[AuditChange]:
     if after is None:
         return []
     changes: list[AuditChange] = []
-    for name in SPEC_FIELDS:
+    for name in RECORDED_FIELDS:
         new = _value(getattr(after, name))
         old = None if before is None else _value(getattr(before, name))
         if before is None or old != new:

@@ -11,19 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from core.ids import execution_id
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
-    TERMINAL_RANK,
     Execution,
     ExecutionStatus,
     Job,
     Missed,
     OverlapPolicy,
     RunTrigger,
-    StatusEvent,
 )
 from core.ports import Dispatch
+from core.runs import queued_run, skipped_run
 from core.schedule import DuePlan, Misfire, jitter_ms, plan_buffered, plan_due, schedule_jitter
 
 
@@ -139,7 +137,7 @@ def _chain(
         steps.append(
             (
                 m.first_missed,
-                _skipped(job, m.first_missed, now, scheduler_id, misfire_reason, missed),
+                skipped_run(job, m.first_missed, now, scheduler_id, misfire_reason, missed),
             )
         )
     runs = list(plan.runs)
@@ -160,104 +158,15 @@ def _chain(
                 count=len(skipped), first=skipped[0], last=skipped[-1], policy=job.overlap_policy
             )
         steps.append(
-            (skipped[0], _skipped(job, skipped[0], now, scheduler_id, skip_reason, together))
+            (skipped[0], skipped_run(job, skipped[0], now, scheduler_id, skip_reason, together))
         )
     grace = timedelta(seconds=job.misfire_grace_seconds)
     for run_at in runs:
         trigger = RunTrigger.CATCH_UP if now - run_at > grace else RunTrigger.SCHEDULE
-        steps.append((run_at, _queued(job, run_at, now, scheduler_id, trigger)))
+        steps.append((run_at, queued_run(job, run_at, now, scheduler_id, trigger)))
     targets = [t for t, _ in steps[1:]] + [plan.next_run_at]
     for (_, ex), target in zip(steps, targets, strict=True):
         chain.append(Dispatch(ex, expected_next_run_at=expected, next_run_at=target))
         if target is not None:
             expected = target
     return chain
-
-
-def _queued(
-    job: Job, scheduled_for: datetime, now: datetime, scheduler_id: str, trigger: RunTrigger
-) -> Execution:
-    return Execution(
-        id=execution_id(job.id, scheduled_for),
-        job_id=job.id,
-        owner=job.owner,
-        task_id=job.task_id,
-        queue=job.queue,
-        partition=job.partition,
-        status=ExecutionStatus.QUEUED,
-        max_attempts=job.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
-        dispatched_by=scheduler_id,
-        trigger=trigger,
-        jitter_ms=jitter_ms(job.id, scheduled_for, schedule_jitter(job.schedule)),
-    )
-
-
-def _skipped(
-    job: Job,
-    scheduled_for: datetime,
-    now: datetime,
-    scheduler_id: str,
-    reason: str,
-    missed: Missed | None,
-) -> Execution:
-    return Execution(
-        id=execution_id(job.id, scheduled_for),
-        job_id=job.id,
-        owner=job.owner,
-        task_id=job.task_id,
-        queue=job.queue,
-        partition=job.partition,
-        status=ExecutionStatus.SKIPPED,
-        state_rank=TERMINAL_RANK,
-        max_attempts=job.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
-        finished_at=now,
-        dispatched_by=scheduler_id,
-        skip_reason=reason,
-        missed=missed,
-    )
-
-
-def run_event(
-    run: Execution,
-    status: ExecutionStatus,
-    *,
-    attempt: int,
-    at: datetime,
-    finished_at: datetime | None,
-    error: str | None,
-) -> StatusEvent:
-    """A status event of ``run`` (its identity fields) with the given transition."""
-    return StatusEvent(
-        execution_id=run.id,
-        job_id=run.job_id,
-        owner=run.owner,
-        partition=run.partition,
-        task_id=run.task_id,
-        queue=run.queue,
-        status=status,
-        attempt=attempt,
-        max_attempts=run.max_attempts,
-        at=at,
-        scheduled_for=run.scheduled_for,
-        finished_at=finished_at,
-        error=error,
-    )
-
-
-def recorded_event(run: Execution) -> StatusEvent:
-    """The QUEUED or SKIPPED event of a run just recorded, by a scheduler or a manual trigger
-    (for live clients)."""
-    return run_event(
-        run,
-        run.status,
-        attempt=0,
-        at=run.created_at,
-        finished_at=run.finished_at,
-        error=run.skip_reason,
-    )

@@ -112,8 +112,3 @@ class TimedQueue(Generic[T]):
         while self._heap and self._heap[0][0] <= now_ms:
             out.append(heapq.heappop(self._heap)[2])
         return out
-
-    def drain(self) -> list[T]:
-        """Remove and return everything, earliest first."""
-        out = [heapq.heappop(self._heap)[2] for _ in range(len(self._heap))]
-        return out

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
+from core.ids import run_msg_id
+
 T = TypeVar("T")
 
 
@@ -270,19 +272,16 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
 
 
-class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
-    """A configured use of a task. Stored in ``jobs``; returned by the API.
+class JobSpec(Model, kw_only=True, frozen=True):
+    """What a job does and when: the part users set (create, PATCH), the one list of a job's
+    options. :class:`Job` extends it (the same fields, flat in its JSON and stored document);
+    the SQLite store keeps it as one JSON column, a change (:class:`core.ports.JobChange`) sets
+    it whole.
 
-    ``next_run_at`` is the scheduled time of the next run (None when no run is left);
-    ``last_run_at`` is when the latest run started; ``last_dispatched_for`` the scheduled time of
-    the latest run sent to the workers (the one an overlap policy looks at);
-    ``last_scheduled_for`` the scheduled time of
-    the latest dispatched run. ``history_limit`` / ``history_max_age_seconds``: the job's
-    retention of finished runs (None: the deployment's default; see :mod:`core.history`).
+    ``history_limit`` / ``history_max_age_seconds``: the job's retention of finished runs
+    (None: the deployment's default; see :mod:`core.history`).
     """
 
-    id: str
-    owner: str
     task_id: str
     schedule: Schedule
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -295,6 +294,26 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     history_limit: int | None = None
     history_max_age_seconds: float | None = None
+
+
+SPEC_FIELDS = JobSpec.__struct_fields__
+"""The names of a job's options (:class:`JobSpec`), in order."""
+assert set(JobCreate.__struct_fields__) == set(SPEC_FIELDS), "POST /jobs sets every option"
+assert set(JobPatch.__struct_fields__) <= set(SPEC_FIELDS), "PATCH sets options only"
+
+
+class Job(JobSpec, kw_only=True, omit_defaults=False, frozen=True):
+    """A configured use of a task: its :class:`JobSpec` and its state. Stored in ``jobs``;
+    returned by the API.
+
+    ``next_run_at`` is the scheduled time of the next run (None when no run is left);
+    ``last_run_at`` is when the latest run started; ``last_dispatched_for`` the scheduled time of
+    the latest run sent to the workers (the one an overlap policy looks at);
+    ``last_scheduled_for`` the scheduled time of the latest dispatched run.
+    """
+
+    id: str
+    owner: str
     status: JobStatus = JobStatus.SCHEDULED
     partition: int = 0
     created_at: datetime
@@ -312,6 +331,37 @@ class Job(Model, kw_only=True, omit_defaults=False, frozen=True):
     @property
     def recurring(self) -> bool:
         return isinstance(self.schedule, RECURRING_SCHEDULES)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's options alone."""
+        return JobSpec(**spec_values(self))
+
+
+def spec_values(spec: JobSpec) -> dict[str, Any]:
+    """The options of ``spec`` (or of a :class:`Job`) by field name: to build or replace a job
+    with (``Job(**spec_values(spec), ...)``, ``msgspec.structs.replace(job, **...)``)."""
+    return {name: getattr(spec, name) for name in SPEC_FIELDS}
+
+
+def requested_spec(body: JobCreate, **resolved: Any) -> JobSpec:
+    """The options a ``POST /jobs`` body asks for, with the values the gateway ``resolved``
+    (the normalized schedule, the task's defaults for what the body leaves out)."""
+    return JobSpec(**{**{name: getattr(body, name) for name in SPEC_FIELDS}, **resolved})
+
+
+def patched_spec(spec: JobSpec, patch: JobPatch, **resolved: Any) -> JobSpec:
+    """``spec`` with the fields a ``PATCH`` body sets, and the values the gateway ``resolved``.
+
+    A field the body leaves out is at its default (None, or UNSET for the nullable ones, where
+    null means "back to the deployment's default") and leaves the option as it is.
+    """
+    changes = {
+        f.name: value
+        for f in msgspec.structs.fields(patch)
+        if (value := getattr(patch, f.name)) is not f.default
+    }
+    return JobSpec(**{**spec_values(spec), **changes, **resolved})
 
 
 class Missed(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -451,7 +501,8 @@ class RunMessage(Model, kw_only=True, frozen=True):
     Headers: ``Nats-Msg-Id`` = :attr:`msg_id` (JetStream de-duplication within the stream's
     duplicate window). ``attempt_offset`` is the number of attempts already spent before this
     message was published (non-zero when the store re-dispatches a run whose message was lost);
-    ``redispatch`` is non-zero for such a re-dispatch (milliseconds since the epoch of it).
+    ``redispatched_at_ms`` is non-zero for such a re-dispatch: when it happened, milliseconds
+    since the epoch (``redispatch`` on the wire).
     """
 
     execution_id: str
@@ -466,18 +517,13 @@ class RunMessage(Model, kw_only=True, frozen=True):
     max_attempts: int = 3
     timeout_seconds: float = 300.0
     attempt_offset: int = 0
-    redispatch: int = 0
+    redispatched_at_ms: int = msgspec.field(default=0, name="redispatch")
     trigger: RunTrigger = RunTrigger.SCHEDULE
 
     @property
     def msg_id(self) -> str:
-        """``Nats-Msg-Id``: the execution id, plus a suffix for a re-dispatch.
-
-        A re-dispatch must not reuse the original id: JetStream remembers ids for its whole
-        duplicate window, even after the message was purged, and would drop the new copy.
-        """
-        suffix = f"|r{self.redispatch}" if self.redispatch else ""
-        return self.execution_id + suffix
+        """``Nats-Msg-Id``: :func:`core.ids.run_msg_id` of this run."""
+        return run_msg_id(self.execution_id, self.redispatched_at_ms)
 
 
 class StatusEvent(Model, kw_only=True, frozen=True, tag="run", tag_field="kind"):

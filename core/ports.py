@@ -18,11 +18,9 @@ from core.model import (
     Execution,
     ExecutionStatus,
     Job,
+    JobSpec,
     JobStatus,
-    MisfirePolicy,
-    OverlapPolicy,
     Page,
-    Schedule,
     StatusEvent,
 )
 from core.quotas import TokenRequest
@@ -74,24 +72,6 @@ class JobStatusConflict(Conflict):
     def __init__(self, job_id: str, status: JobStatus, action: str) -> None:
         super().__init__(f"job {job_id} is {status}; it cannot be {action}")
         self.job_status = status
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """What a job does and when: the part users set (create, PATCH)."""
-
-    task_id: str
-    schedule: Schedule
-    parameters: dict[str, object]
-    queue: str
-    max_attempts: int
-    timeout_seconds: float
-    misfire_policy: MisfirePolicy
-    misfire_grace_seconds: float
-    max_catch_up: int
-    overlap_policy: OverlapPolicy
-    history_limit: int | None = None
-    history_max_age_seconds: float | None = None
 
 
 UNCHANGED: object = object()

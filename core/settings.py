@@ -214,7 +214,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return [q.strip() for q in self.queues.split(",") if q.strip()]
 
     @property
-    def redispatch_after(self) -> float:
+    def resolved_redispatch_after_seconds(self) -> float:
+        """``redispatch_after_seconds``, or two ack waits when it is 0 (seconds)."""
         return self.redispatch_after_seconds or 2 * self.ack_wait_seconds
 
     @property

@@ -73,8 +73,7 @@ class GatewayConfig:
         partitions: number of partitions (to assign a new job its partition).
         max_body_bytes: largest accepted request body.
         max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
-        misfire_grace_s: a once job up to this many seconds in the past runs at once.
-        ws_buffer: frames held in memory per WebSocket client (``JOBSCHED_WS_BUFFER_EVENTS``).
+        ws_buffer_events: frames held in memory per WebSocket client.
         ws_stall_s: a WebSocket client that takes nothing for this many seconds while events wait
             for it is disconnected (slow consumer, 4008).
         ws_replay_concurrency: replay reads of the status stream in flight at once, for all
@@ -88,8 +87,7 @@ class GatewayConfig:
     partitions: int = 64
     max_body_bytes: int = 64 * 1024
     max_attempts_limit: int = 20
-    misfire_grace_s: float = schedules.DEFAULT_MISFIRE_GRACE_S
-    ws_buffer: int = 1000
+    ws_buffer_events: int = 1000
     ws_stall_s: float = 5.0
     ws_replay_concurrency: int = 4
     ws_replay_events_per_s: float = 5000.0
@@ -513,7 +511,7 @@ async def live_status(request: web.Request) -> web.StreamResponse:
         request,
         live=request.app[LIVE],
         secret=deps.config.auth_secret,
-        max_buffer=deps.config.ws_buffer,
+        max_buffer=deps.config.ws_buffer_events,
         stall_s=deps.config.ws_stall_s,
     )
 

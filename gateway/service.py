@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,13 +27,11 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
-from core.dispatch import recorded_event
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.ids import new_job_id, partition_of
 from core.model import (
     CronSchedule,
     Execution,
-    ExecutionStatus,
     Job,
     JobCreate,
     JobEvent,
@@ -43,21 +40,21 @@ from core.model import (
     JobPatch,
     JobStatus,
     Page,
-    RunMessage,
-    RunTrigger,
+    patched_spec,
+    requested_spec,
+    spec_values,
 )
 from core.ports import (
     UNCHANGED,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     JobStore,
 )
 from core.quotas import Quotas, TokenRequest
+from core.runs import manual_run, recorded_event, run_message
 from core.tasks import TaskCatalog, validation_field_error
-from core.timeutil import isoformat_z
 from core.values import check_parameters, is_text
 
 log = logging.getLogger(__name__)
@@ -66,7 +63,6 @@ T = TypeVar("T")
 _canonical = msgspec.json.Encoder(order="sorted")
 LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
 CHANGEABLE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.PAUSED})
-MAX_PREVIEW = 1000
 COUNTS_KEPT = 10_000
 """Owners whose latest active-jobs count a gateway remembers (least recently used dropped)."""
 
@@ -170,21 +166,16 @@ class JobService:
             if not is_text(idempotency_key):  # aiohttp keeps bytes that are not UTF-8 as surrogates
                 raise InvalidRequest(FieldError("Idempotency-Key", "must be UTF-8 text"))
         job_id = new_job_id()
-        return Job(
-            id=job_id,
-            owner=owner,
-            task_id=body.task_id,
+        options = requested_spec(
+            body,
             schedule=sched,
-            parameters=body.parameters,
-            queue=body.queue,
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
-            misfire_policy=body.misfire_policy,
-            misfire_grace_seconds=body.misfire_grace_seconds,
-            max_catch_up=body.max_catch_up,
-            overlap_policy=body.overlap_policy,
-            history_limit=body.history_limit,
-            history_max_age_seconds=body.history_max_age_seconds,
+        )
+        return Job(
+            **spec_values(options),
+            id=job_id,
+            owner=owner,
             status=JobStatus.SCHEDULED,
             partition=partition_of(job_id, self.config.partitions),
             created_at=now,
@@ -421,40 +412,12 @@ class JobService:
             )
             if wait:
                 raise quotas.runs_exceeded(self.config.quotas, wait)
-        run = Execution(
-            id=f"{job.id}:{isoformat_z(now)}!manual-{secrets.token_hex(4)}",
-            job_id=job.id,
-            owner=owner,
-            task_id=job.task_id,
-            queue=job.queue,
-            partition=job.partition,
-            status=ExecutionStatus.QUEUED,
-            max_attempts=job.max_attempts,
-            scheduled_for=now,
-            created_at=now,
-            updated_at=now,
-            trigger=RunTrigger.MANUAL,
-            dispatched_by="gateway",
-        )
+        run = manual_run(job, now)
         entry = audit_entry(who, AuditAction.TRIGGERED, job_id, owner, now, execution_id=run.id)
         await self.store.insert_execution(run, audit=entry)
         if self.bus is not None:
             await self.bus.publish_events([recorded_event(run)])
-            message = RunMessage(
-                execution_id=run.id,
-                job_id=job.id,
-                owner=owner,
-                partition=job.partition,
-                task_id=job.task_id,
-                queue=job.queue,
-                parameters=job.parameters,
-                scheduled_for=now,
-                published_at=now,
-                max_attempts=job.max_attempts,
-                timeout_seconds=job.timeout_seconds,
-                trigger=RunTrigger.MANUAL,
-            )
-            [error] = await self.bus.publish_runs([message])
+            [error] = await self.bus.publish_runs([run_message(job, run, now)])
             if error is not None:
                 log.warning(
                     "run %s stored; publish failed (%s): re-dispatch will send it", run.id, error
@@ -476,8 +439,7 @@ class JobService:
         job = await self.store.get_job(owner, job_id)
         now = self.clock.now()
         spec = self.catalog.get(job.task_id)
-        parameters = job.parameters if patch.parameters is None else patch.parameters
-        spec.decode_params(parameters)
+        spec.decode_params(job.parameters if patch.parameters is None else patch.parameters)
         if patch.parameters is not None:
             check_parameters(patch.parameters)
         grace = (
@@ -494,22 +456,7 @@ class JobService:
                 next_run_at = schedules.first_run_at(schedule, now)
         max_attempts = patch.max_attempts or job.max_attempts
         self._check_attempts(max_attempts)
-        new_spec = JobSpec(
-            task_id=job.task_id,
-            schedule=schedule,
-            parameters=parameters,
-            queue=patch.queue or job.queue,
-            max_attempts=max_attempts,
-            timeout_seconds=patch.timeout_seconds or job.timeout_seconds,
-            misfire_policy=patch.misfire_policy or job.misfire_policy,
-            misfire_grace_seconds=grace,
-            max_catch_up=patch.max_catch_up or job.max_catch_up,
-            overlap_policy=patch.overlap_policy or job.overlap_policy,
-            history_limit=_patched(patch.history_limit, job.history_limit),
-            history_max_age_seconds=_patched(
-                patch.history_max_age_seconds, job.history_max_age_seconds
-            ),
-        )
+        new_spec = patched_spec(job.spec, patch, schedule=schedule)
         job = await self.store.update_job(
             owner,
             job_id,
@@ -618,8 +565,3 @@ class JobService:
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:
             await self.markers.cancel_job(job_id)
-
-
-def _patched(value: T | msgspec.UnsetType | None, current: T | None) -> T | None:
-    """A nullable PATCH field: absent keeps ``current``, null clears it."""
-    return current if isinstance(value, msgspec.UnsetType) else value

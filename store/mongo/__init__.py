@@ -38,7 +38,7 @@ it sends, pure) and :mod:`~store.mongo.store` (the store).
 """
 
 from store.mongo.documents import from_document, spec_fields, to_document
-from store.mongo.operations import JOB_STATUS_AFTER, MAX_SCANS_TO_EXPLODE, key_query
+from store.mongo.operations import MAX_SCANS_TO_EXPLODE, key_query
 from store.mongo.schema import (
     AUDIT,
     DEAD_LETTERS,
@@ -60,7 +60,6 @@ __all__ = [
     "IDEMPOTENCY_INDEX",
     "INDEXES",
     "JOBS",
-    "JOB_STATUS_AFTER",
     "MAX_SCANS_TO_EXPLODE",
     "REQUEST_HASH",
     "MongoStore",

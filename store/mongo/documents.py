@@ -5,7 +5,6 @@ dates, null fields absent) and back.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -14,8 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 from bson.binary import Binary
 
-from core.model import Attempt, DeadLetter, Job, Model
-from core.ports import JobSpec
+from core.model import Attempt, DeadLetter, JobSpec, Model
 from store.mongo.schema import ID, Document
 
 log = logging.getLogger(__name__)
@@ -52,20 +50,16 @@ def dead_letter_from_document(doc: Mapping[str, Any]) -> DeadLetter:
     return from_document({**doc, "data": bytes(doc.get("data", b""))}, DeadLetter)
 
 
-SPEC_FIELDS = {
-    f.name: f.encode_name
-    for f in msgspec.structs.fields(Job)
-    if f.name in {s.name for s in dataclasses.fields(JobSpec)}
-}
-"""The job document's field of each :class:`core.ports.JobSpec` attribute (the Job's renames)."""
-assert len(SPEC_FIELDS) == len(dataclasses.fields(JobSpec)), "a JobSpec field is not a Job field"
+SPEC_DOCUMENT_FIELDS = {f.name: f.encode_name for f in msgspec.structs.fields(JobSpec)}
+"""The job document's field of each :class:`core.model.JobSpec` attribute (a job's options are
+the same fields of its document)."""
 
 
 def spec_fields(spec: JobSpec) -> Document:
     """The job-document fields of ``spec``, encoded as :func:`to_document` encodes a job's."""
     return {
         name: msgspec.to_builtins(getattr(spec, attr), builtin_types=(datetime,))
-        for attr, name in SPEC_FIELDS.items()
+        for attr, name in SPEC_DOCUMENT_FIELDS.items()
     }
 
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -13,8 +12,16 @@ import msgspec
 from pymongo import ASCENDING, DESCENDING, UpdateOne
 
 from core.audit import AuditQuery
-from core.model import TERMINAL_EXECUTION_STATUSES, ExecutionStatus, Job, JobStatus, StatusEvent
-from core.ports import UNCHANGED, Dispatch, JobChange, JobQuery, JobSpec
+from core.job_status import HELD_VALUES, job_status_write
+from core.model import (
+    TERMINAL_EXECUTION_STATUSES,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    StatusEvent,
+    spec_values,
+)
+from core.ports import UNCHANGED, Dispatch, JobChange, JobQuery
 from core.quotas import Bucket
 from core.timeutil import from_epoch_ms, to_utc_ms
 from store.mongo.documents import set_or_unset, spec_fields
@@ -29,20 +36,6 @@ from store.mongo.schema import (
     Document,
 )
 from store.pages import Keyset
-
-RUN_STATUSES = (ExecutionStatus.RUNNING.value, ExecutionStatus.RETRYING.value)
-
-HELD_JOB_STATUSES = (JobStatus.PAUSED.value, JobStatus.CANCELLED.value)
-"""Job statuses that a run's report never changes (the user's decision stands)."""
-
-JOB_STATUS_AFTER = {
-    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: JobStatus.FAILED,
-    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
-}
-"""A job with no run left takes the status of its last run's outcome (as the SQLite store's
-``JOB_STATUS_AFTER``; ``tests/store/test_mongo.py`` checks that both are equal)."""
 
 MAX_SCANS_TO_EXPLODE = 200
 """The query planner's ``internalQueryMaxScansToExplode``: a ``$in`` over at most this many
@@ -199,7 +192,7 @@ def applied(job: Job, change: JobChange, now: datetime) -> Job:
             None if change.next_run_at is None else to_utc_ms(change.next_run_at)
         )
     if change.spec is not None:
-        fields.update({f.name: getattr(change.spec, f.name) for f in dataclasses.fields(JobSpec)})
+        fields.update(spec_values(change.spec))
     return msgspec.structs.replace(job, **fields)
 
 
@@ -262,11 +255,11 @@ def summary_ops(
     however the events were batched).
 
     Applied only if the job's summary does not already follow a later run, or a later state of
-    this run (equal is re-applied: idempotent). A PAUSED or CANCELLED job keeps its status. Any
-    other job is RUNNING while a run is in progress; after a terminal event it takes the status
-    :data:`JOB_STATUS_AFTER` that outcome if it has no next run, else SCHEDULED. Updates with
-    exclusive filters on ``status`` and ``nextRunAt`` instead of a read; the first (a held
-    status) goes first, so no later update of the list matches a job an earlier one changed.
+    this run (equal is re-applied: idempotent). The job's status is
+    :func:`core.job_status.job_status_write` of the event: updates with exclusive filters on
+    ``status`` (held or not) and ``nextRunAt`` (null or not) instead of a read; the first (a
+    held status) goes first, so no later update of the list matches a job an earlier one
+    changed.
     """
     sf = ev.scheduled_for
     where: Document = {
@@ -302,14 +295,15 @@ def summary_ops(
             update["$unset"] = unset
         return UpdateOne({**where, **extra}, update)
 
-    held = op({"status": {"$in": list(HELD_JOB_STATUSES)}}, None)
-    free: Document = {"status": {"$nin": list(HELD_JOB_STATUSES)}}
-    if ev.status.value in RUN_STATUSES:
-        return [held, op(free, JobStatus.RUNNING)]
+    write = job_status_write(ev.status)
+    held = op({"status": {"$in": list(HELD_VALUES)}}, None)
+    free: Document = {"status": {"$nin": list(HELD_VALUES)}}
+    if write.with_next_run == write.without_next_run:
+        return [held, op(free, write.with_next_run)]
     return [
         held,
-        op({**free, "nextRunAt": None}, JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED)),
-        op({**free, "nextRunAt": {"$ne": None}}, JobStatus.SCHEDULED),
+        op({**free, "nextRunAt": None}, write.without_next_run),
+        op({**free, "nextRunAt": {"$ne": None}}, write.with_next_run),
     ]
 
 

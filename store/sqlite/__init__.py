@@ -13,14 +13,13 @@ Three modules: :mod:`~store.sqlite.schema` (tables, migrations, statements),
 :mod:`~store.sqlite.rows` (row mapping) and :mod:`~store.sqlite.store` (the store).
 """
 
-from store.sqlite.rows import JOB_STATUS_AFTER, job_row
+from store.sqlite.rows import job_row
 from store.sqlite.schema import JOB_COLUMNS, JOB_INSERT, MIGRATIONS, SCHEMA
 from store.sqlite.store import SqliteStore, path_from_url
 
 __all__ = [
     "JOB_COLUMNS",
     "JOB_INSERT",
-    "JOB_STATUS_AFTER",
     "MIGRATIONS",
     "SCHEMA",
     "SqliteStore",

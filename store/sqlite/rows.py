@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.job_status import job_status_write
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     Attempt,
@@ -23,36 +24,17 @@ from core.model import (
     Execution,
     ExecutionStatus,
     Job,
+    JobSpec,
     JobStatus,
-    MisfirePolicy,
     Missed,
     Model,
-    OverlapPolicy,
     RunTrigger,
-    Schedule,
     StatusEvent,
+    spec_values,
 )
-from core.ports import JobSpec
 from core.timeutil import from_epoch_ms, to_epoch_ms
 
 log = logging.getLogger(__name__)
-
-
-class _Spec(Model, kw_only=True, frozen=True):
-    """What a job does and when (the part users set), stored as one JSON column."""
-
-    task_id: str
-    schedule: Schedule
-    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
-    queue: str = "default"
-    max_attempts: int = 3
-    timeout_seconds: float = 300.0
-    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
-    misfire_grace_seconds: float = 60.0
-    max_catch_up: int = 10
-    overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
-    history_limit: int | None = None
-    history_max_age_seconds: float | None = None
 
 
 class _Extra(Model, kw_only=True, frozen=True):
@@ -64,16 +46,8 @@ class _Extra(Model, kw_only=True, frozen=True):
     missed: Missed | None = None
 
 
-JOB_STATUS_AFTER = {
-    ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: JobStatus.FAILED,
-    ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
-}
-"""A job with no run left takes the status of its last run's outcome."""
-
 _encoder = msgspec.json.Encoder()
-_spec_decoder = msgspec.json.Decoder(_Spec)
+_spec_decoder = msgspec.json.Decoder(JobSpec)
 _extra_decoder = msgspec.json.Decoder(_Extra)
 _attempts_decoder = msgspec.json.Decoder(list[Attempt])
 _json_decoder = msgspec.json.Decoder()
@@ -81,26 +55,9 @@ _NO_EXTRA = _encoder.encode(_Extra())
 _audit_decoder = msgspec.json.Decoder(AuditRecord)
 
 
-def spec_column(job: Job | JobSpec) -> bytes:
-    """The ``spec`` column of a job (or of the spec a change sets)."""
-    return _encoder.encode(_spec_of(job))
-
-
-def _spec_of(job: Job | JobSpec) -> _Spec:
-    return _Spec(
-        task_id=job.task_id,
-        schedule=job.schedule,
-        parameters=dict(job.parameters),
-        queue=job.queue,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-        misfire_policy=job.misfire_policy,
-        misfire_grace_seconds=job.misfire_grace_seconds,
-        max_catch_up=job.max_catch_up,
-        overlap_policy=job.overlap_policy,
-        history_limit=job.history_limit,
-        history_max_age_seconds=job.history_max_age_seconds,
-    )
+def spec_column(spec: JobSpec) -> bytes:
+    """The ``spec`` column of a job (or of the spec a change sets): its :class:`JobSpec`."""
+    return _encoder.encode(spec.spec if isinstance(spec, Job) else spec)
 
 
 def epoch_ms(t: datetime | None) -> int | None:
@@ -116,20 +73,9 @@ def instant(ms: int | None) -> datetime | None:
 def job_from_row(row: sqlite3.Row) -> Job:
     spec = _spec_decoder.decode(row["spec"])
     return Job(
+        **spec_values(spec),
         id=row["id"],
         owner=row["owner"],
-        task_id=spec.task_id,
-        schedule=spec.schedule,
-        parameters=spec.parameters,
-        queue=spec.queue,
-        max_attempts=spec.max_attempts,
-        timeout_seconds=spec.timeout_seconds,
-        misfire_policy=spec.misfire_policy,
-        misfire_grace_seconds=spec.misfire_grace_seconds,
-        max_catch_up=spec.max_catch_up,
-        overlap_policy=spec.overlap_policy,
-        history_limit=spec.history_limit,
-        history_max_age_seconds=spec.history_max_age_seconds,
         status=JobStatus(row["status"]),
         partition=row["partition"],
         created_at=from_epoch_ms(row["created_at"]),
@@ -264,9 +210,13 @@ def event_row(ev: StatusEvent) -> tuple[Any, ...]:
 
 
 def summary_params(ev: StatusEvent) -> dict[str, Any]:
+    """The parameters of ``JOB_SUMMARY`` for ``ev``; the job's status is
+    :func:`core.job_status.job_status_write` of it."""
+    write = job_status_write(ev.status)
     return {
         "status": ev.status.value,
-        "job_status": JOB_STATUS_AFTER.get(ev.status, JobStatus.SCHEDULED).value,
+        "status_with_next_run": write.with_next_run.value,
+        "status_without_next_run": write.without_next_run.value,
         "started_at": epoch_ms(ev.started_at),
         "terminal": ev.status in TERMINAL_EXECUTION_STATUSES,
         "error": ev.error,

@@ -7,6 +7,7 @@ Mutable job fields are columns; the immutable part of a job is one JSON column (
 
 from __future__ import annotations
 
+from core.job_status import HELD_VALUES
 from core.model import TERMINAL_RANK
 
 SCHEMA = """
@@ -171,13 +172,13 @@ ON CONFLICT(id) DO UPDATE SET
 WHERE excluded.state_rank > executions.state_rank
 """
 
-JOB_SUMMARY = """
+_HELD = ", ".join(f"'{s}'" for s in HELD_VALUES)
+JOB_SUMMARY = f"""
 UPDATE jobs SET
     status = CASE
-        WHEN status IN ('PAUSED', 'CANCELLED') THEN status
-        WHEN :status IN ('RUNNING', 'RETRYING') THEN 'RUNNING'
-        WHEN next_run_at IS NULL THEN :job_status
-        ELSE 'SCHEDULED' END,
+        WHEN status IN ({_HELD}) THEN status
+        WHEN next_run_at IS NULL THEN :status_without_next_run
+        ELSE :status_with_next_run END,
     last_run_at = COALESCE(
         (SELECT started_at FROM executions WHERE id = :execution_id), :started_at, last_run_at),
     last_run_status = CASE WHEN :terminal THEN :status ELSE last_run_status END,

@@ -1,4 +1,5 @@
-"""core.ids: stable partitions, deterministic execution ids, subject-safe owner keys."""
+"""core.ids: stable partitions, deterministic execution ids, subject-safe owner keys, and every
+other id format (manual runs, ``Nats-Msg-Id``'s, dead letters) built and parsed back."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from core.ids import execution_id, new_job_id, owner_key, partition_of
+from core.ids import (
+    dead_letter_id,
+    execution_id,
+    execution_id_of_msg_id,
+    job_event_msg_id,
+    manual_execution_id,
+    new_job_id,
+    owner_key,
+    parse_execution_id,
+    partition_of,
+    run_msg_id,
+    status_msg_id,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_IDS = [f"job-{i}" for i in range(200)] + ["", "żółw", "a" * 300]
@@ -112,6 +125,53 @@ def test_execution_ids_differ_per_occurrence() -> None:
 def test_execution_id_refuses_a_naive_time() -> None:
     with pytest.raises(ValueError):
         execution_id("job", datetime(2026, 6, 1, 10, 0))
+
+
+def test_a_manual_run_id_is_its_trigger_time_and_a_random_suffix() -> None:
+    at = datetime(2026, 6, 1, 10, 0, 0, 7_000, tzinfo=UTC)
+
+    ids = {manual_execution_id("job", at) for _ in range(100)}
+
+    assert len(ids) == 100
+    assert (
+        manual_execution_id("job", at, "0a1b2c3d") == "job:2026-06-01T10:00:00.007Z!manual-0a1b2c3d"
+    )
+    assert all(re.fullmatch(r"job:2026-06-01T10:00:00\.007Z!manual-[0-9a-f]{8}", i) for i in ids)
+    assert execution_id("job", at) not in ids
+
+
+def test_an_execution_id_of_either_format_parses_back_to_its_job_and_time() -> None:
+    at = datetime(2026, 6, 1, 10, 0, 0, 7_000, tzinfo=UTC)
+    job = new_job_id()
+
+    assert parse_execution_id(execution_id(job, at)) == (job, at)
+    assert parse_execution_id(manual_execution_id(job, at)) == (job, at)
+
+
+@pytest.mark.parametrize("value", ["", "job", "job:", "job:yesterday", "job:2026-13-01T00:00:00Z"])
+def test_what_is_no_execution_id_parses_to_none(value: str) -> None:
+    assert parse_execution_id(value) is None
+
+
+def test_msg_ids_carry_their_execution_id() -> None:
+    run = execution_id("job", datetime(2026, 6, 1, 10, 0, tzinfo=UTC))
+
+    assert run_msg_id(run) == run
+    assert run_msg_id(run, 1780308000123) == f"{run}|r1780308000123"
+    assert status_msg_id(run, "RETRYING", 2) == f"{run}|RETRYING|2"
+    for msg_id in (run_msg_id(run), run_msg_id(run, 1), status_msg_id(run, "FAILED", 3)):
+        assert execution_id_of_msg_id(msg_id) == run
+
+
+def test_a_job_event_msg_id_is_per_job_event_and_instant() -> None:
+    at = datetime(2026, 6, 1, 10, 0, 0, 250_000, tzinfo=UTC)
+
+    assert job_event_msg_id("job", "paused", at) == "job|paused|1780308000.25"
+    assert job_event_msg_id("job", "paused", at) != job_event_msg_id("job", "resumed", at)
+
+
+def test_a_dead_letter_id_is_stream_sequence_and_stored_time() -> None:
+    assert dead_letter_id("jobsched_work", 42, 1780308000123) == "jobsched_work:42:1780308000123"
 
 
 OWNERS = [

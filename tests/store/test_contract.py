@@ -26,11 +26,13 @@ from core.model import (
     Job,
     JobStatus,
     OnceSchedule,
+    RunTrigger,
     Schedule,
     StatusEvent,
     state_rank,
 )
 from core.ports import Dispatch, DispatchOutcome, JobQuery, JobStore
+from core.runs import queued_run, run_event
 from tests.store.conftest import BACKENDS
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -75,18 +77,7 @@ def make_job(
 def make_execution(job: Job, scheduled_for: datetime, *, now: datetime | None = None) -> Execution:
     """The QUEUED record a scheduler dispatches for one occurrence of ``job`` at ``now``."""
     created = scheduled_for if now is None else now
-    return Execution(
-        id=execution_id(job.id, scheduled_for),
-        job_id=job.id,
-        owner=job.owner,
-        task_id=job.task_id,
-        queue=job.queue,
-        partition=job.partition,
-        max_attempts=job.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=created,
-        updated_at=created,
-    )
+    return queued_run(job, scheduled_for, created, "scheduler-1", RunTrigger.SCHEDULE)
 
 
 def run_of(
@@ -108,20 +99,7 @@ def event(
     ex: Execution, status: ExecutionStatus, attempt: int, when: datetime, **fields: Any
 ) -> StatusEvent:
     """A status event of ``ex`` as a worker publishes it."""
-    return StatusEvent(
-        execution_id=ex.id,
-        job_id=ex.job_id,
-        owner=ex.owner,
-        partition=ex.partition,
-        task_id=ex.task_id,
-        queue=ex.queue,
-        max_attempts=ex.max_attempts,
-        status=status,
-        attempt=attempt,
-        at=when,
-        scheduled_for=ex.scheduled_for,
-        **fields,
-    )
+    return run_event(ex, status, attempt=attempt, at=when, **fields)
 
 
 async def create(store: JobStore, *jobs: Job) -> None:

@@ -9,7 +9,6 @@ cancelled job. Same rules as ``test_contract.py``: public methods only, fixed in
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,12 +24,14 @@ from core.model import (
     ImmediateSchedule,
     IntervalSchedule,
     Job,
+    JobSpec,
     JobStatus,
     MisfirePolicy,
     Missed,
     OverlapPolicy,
     RunTrigger,
     Schedule,
+    spec_values,
 )
 from core.ports import (
     UNCHANGED,
@@ -39,7 +40,6 @@ from core.ports import (
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     JobStore,
 )
@@ -66,26 +66,12 @@ def keyed_job(job_id: str, key: str | None = "key-1", *, owner: str = OWNER) -> 
 
 
 def spec_of(job: Job) -> JobSpec:
-    return JobSpec(
-        task_id=job.task_id,
-        schedule=job.schedule,
-        parameters=dict(job.parameters),
-        queue=job.queue,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
-        misfire_policy=job.misfire_policy,
-        misfire_grace_seconds=job.misfire_grace_seconds,
-        max_catch_up=job.max_catch_up,
-        overlap_policy=job.overlap_policy,
-    )
+    return job.spec
 
 
 def with_spec(job: Job, spec: JobSpec) -> dict[str, Any]:
     """``job``'s fields with those of ``spec`` (to compare a job after a PATCH)."""
-    return {
-        **{f: getattr(job, f) for f in job.__struct_fields__},
-        **{f.name: getattr(spec, f.name) for f in dataclasses.fields(JobSpec)},
-    }
+    return {**{f: getattr(job, f) for f in job.__struct_fields__}, **spec_values(spec)}
 
 
 def fields_of(job: Job) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import random
 import subprocess
@@ -53,7 +52,6 @@ from pymongo.write_concern import WriteConcern
 from core.access import Principal, Role
 from core.audit import AuditAction, AuditQuery, audit_entry
 from core.errors import ConfigError, Conflict, JobNotFound, StoreRejected, StoreUnavailable
-from core.ids import execution_id
 from core.model import (
     TERMINAL_RANK,
     CronSchedule,
@@ -63,6 +61,7 @@ from core.model import (
     ImmediateSchedule,
     IntervalSchedule,
     Job,
+    JobSpec,
     JobStatus,
     MisfirePolicy,
     Missed,
@@ -71,6 +70,7 @@ from core.model import (
     Page,
     RunTrigger,
     StatusEvent,
+    spec_values,
 )
 from core.ports import (
     UNCHANGED,
@@ -79,12 +79,11 @@ from core.ports import (
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
-    JobSpec,
     JobStatusConflict,
     PruneTarget,
 )
 from core.quotas import Rate, TokenRequest
-from store import sqlite
+from core.runs import queued_run, run_event
 from store.mongo import (
     AUDIT,
     DEAD_LETTERS,
@@ -92,7 +91,6 @@ from store.mongo import (
     ID,
     IDEMPOTENCY_INDEX,
     INDEXES,
-    JOB_STATUS_AFTER,
     JOBS,
     MAX_SCANS_TO_EXPLODE,
     REQUEST_HASH,
@@ -164,19 +162,7 @@ def job(
 
 
 def run_of(j: Job, scheduled_for: datetime, *, now: datetime | None = None) -> Execution:
-    now = now or scheduled_for
-    return Execution(
-        id=execution_id(j.id, scheduled_for),
-        job_id=j.id,
-        owner=j.owner,
-        task_id=j.task_id,
-        partition=j.partition,
-        max_attempts=j.max_attempts,
-        scheduled_for=scheduled_for,
-        created_at=now,
-        updated_at=now,
-        dispatched_by="scheduler-1",
-    )
+    return queued_run(j, scheduled_for, now or scheduled_for, "scheduler-1", RunTrigger.SCHEDULE)
 
 
 def dispatch_of(
@@ -196,16 +182,11 @@ def event(
 ) -> StatusEvent:
     when = when or ex.scheduled_for + timedelta(seconds=attempt)
     terminal = status in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED)
-    return StatusEvent(
-        execution_id=ex.id,
-        job_id=ex.job_id,
-        owner=ex.owner,
-        partition=ex.partition,
-        task_id=ex.task_id,
-        status=status,
+    return run_event(
+        ex,
+        status,
         attempt=attempt,
         at=when,
-        scheduled_for=ex.scheduled_for,
         published_at=ex.scheduled_for,
         started_at=None if status == ExecutionStatus.QUEUED else ex.scheduled_for + 2 * MIN / 60,
         finished_at=when if terminal else None,
@@ -405,25 +386,21 @@ async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_
     doc = await raw(store, JOBS, j.id)
     fields = spec_fields(CONTROL_SPEC)
     assert {k: doc[k] for k in fields} == fields
-    as_created = msgspec.structs.replace(
-        job("other"), **{f.name: getattr(CONTROL_SPEC, f.name) for f in dataclasses.fields(JobSpec)}
-    )
+    as_created = msgspec.structs.replace(job("other"), **spec_values(CONTROL_SPEC))
     assert fields == {k: v for k, v in to_document(as_created).items() if k in fields}
     assert "nextRunAt" not in doc
     assert (doc["historyLimit"], doc["historyMaxAgeSeconds"]) == (25, 3600.0)
     assert (doc["status"], doc["updatedAt"], doc["createdAt"]) == ("PAUSED", at(1), T0)
     back_to_defaults = JobChange(
         "changed",
-        spec=dataclasses.replace(CONTROL_SPEC, history_limit=None, history_max_age_seconds=None),
+        spec=msgspec.structs.replace(
+            CONTROL_SPEC, history_limit=None, history_max_age_seconds=None
+        ),
     )
     await store.update_job("alice", j.id, back_to_defaults, now=at(2))
     doc = await raw(store, JOBS, j.id)
     assert "historyLimit" not in doc and "historyMaxAgeSeconds" not in doc  # null is absent
     assert (doc["idempotencyKey"], doc[REQUEST_HASH]) == ("key-1", "sha-1")
-
-
-def test_a_job_with_no_run_left_takes_the_status_the_sqlite_store_gives_it() -> None:
-    assert JOB_STATUS_AFTER == sqlite.JOB_STATUS_AFTER
 
 
 def test_database_name_comes_from_the_url_path() -> None:

@@ -313,3 +313,33 @@ async def test_the_benchmark_seeders_write_jobs_the_store_reads(tmp_path: Path) 
         assert all(isinstance(j.schedule, OnceSchedule) for j in due)
     finally:
         await store.close()
+
+
+async def test_the_spec_column_keeps_the_shape_earlier_releases_wrote(
+    store: SqliteStore, db: Path
+) -> None:
+    """The ``spec`` column is the job's JobSpec as compact JSON (defaults left out); a row written
+    before JobSpec became the one schema of a job's options reads back unchanged."""
+    job = make_job()
+    await store.create_job(job)
+    written = (
+        b'{"taskId":"noop","schedule":{"type":"cron","expression":"* * * * *","timezone":"UTC",'
+        b'"gap":"shift","fold":"once","startAt":null,"endAt":null,"jitterSeconds":0.0}}'
+    )
+    with sqlite3.connect(db) as conn:
+        [(column,)] = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job.id,)).fetchall()
+        assert column == written
+        earlier = (
+            b'{"taskId":"noop","schedule":{"type":"once","executeAt":"2026-06-01T00:01:00Z"},'
+            b'"queue":"q","maxAttempts":5,"historyLimit":7}'
+        )
+        conn.execute("UPDATE jobs SET spec = ? WHERE id = ?", (earlier, job.id))
+    got = await store.get_job("alice", job.id)
+
+    assert (got.schedule, got.queue, got.max_attempts, got.history_limit) == (
+        OnceSchedule(execute_at=T0 + timedelta(minutes=1)),
+        "q",
+        5,
+        7,
+    )
+    assert (got.timeout_seconds, got.misfire_grace_seconds) == (300.0, 60.0)
