@@ -30,6 +30,7 @@ from bench.peer_tasks import (
     ARQ_MAX_JOBS,
     ARQ_POLL_DELAY_S,
     CELERY_WORKER_ARGS,
+    TASKIQ_BUCKET,
     celery_app,
     record_async,
 )
@@ -60,8 +61,9 @@ class Peer:
     name = ""
     durable = ""
     dists: tuple[str, ...] = ()
-    """Distributions whose versions are printed; the first import names must all exist."""
+    """Distributions whose versions are printed."""
     modules: tuple[str, ...] = ()
+    """Import names the peer needs (else :meth:`missing` says which)."""
     needs_redis = False
     submits_per_s = 1000.0
     """A rough submission rate, only to choose how far ahead the jobs are due."""
@@ -71,6 +73,7 @@ class Peer:
         self.log = log
         self.redis_url = ""
         self.nats_url = ""
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     def missing(self) -> str | None:
         """Why this peer cannot run here (a library or redis-server missing), or None."""
@@ -107,10 +110,12 @@ class Peer:
         )
         out.close()
         stack.push_async_callback(stop_process, proc)
+        self.procs.append(proc)
         return proc
 
-    def check_alive(self, procs: Sequence[subprocess.Popen[bytes]]) -> None:
-        for p in procs:
+    def check_alive(self) -> None:
+        """Raises RuntimeError, with their logs, if one of the peer's processes exited."""
+        for p in self.procs:
             if p.poll() is not None:
                 raise RuntimeError(
                     f"{self.name}: {p.args!r} exited with {p.returncode}:\n"
@@ -253,13 +258,10 @@ class CeleryPeer(Peer):
     async def start(self, stack: AsyncExitStack) -> None:
         await super().start(stack)
         self.app = celery_app(self.redis_url)
-        proc = self.spawn(
-            stack, "celery", ["-m", "bench.peer_tasks", "celery", "--redis", self.redis_url]
-        )
-        self.procs = [proc]
+        self.spawn(stack, "celery", ["-m", "bench.peer_tasks", "celery", "--redis", self.redis_url])
 
     async def submit(self, dues: Sequence[float]) -> None:
-        self.check_alive(self.procs)
+        self.check_alive()
 
         def send() -> None:
             for due in dues:
@@ -291,12 +293,10 @@ class ArqPeer(Peer):
         await super().start(stack)
         self.pool = await create_pool(RedisSettings.from_dsn(self.redis_url))
         stack.push_async_callback(self.pool.aclose)
-        self.procs = [
-            self.spawn(stack, "arq", ["-m", "bench.peer_tasks", "arq", "--redis", self.redis_url])
-        ]
+        self.spawn(stack, "arq", ["-m", "bench.peer_tasks", "arq", "--redis", self.redis_url])
 
     async def submit(self, dues: Sequence[float]) -> None:
-        self.check_alive(self.procs)
+        self.check_alive()
         await bounded(
             SUBMIT_CONCURRENCY,
             (self.pool.enqueue_job("noop", due, _defer_until=at(due)) for due in dues),
@@ -325,23 +325,20 @@ class TaskiqPeer(Peer):
         )
         self.nats_url = nats.start()
         stack.callback(nats.stop)
-        os.environ["BENCH_NATS_URL"] = self.nats_url
         from taskiq import ScheduledTask  # noqa: PLC0415
         from taskiq_nats import NATSKeyValueScheduleSource  # noqa: PLC0415
 
-        from bench.peer_taskiq import BUCKET  # noqa: PLC0415
-
         self.scheduled_task = ScheduledTask
         # the worker first: it creates the stream the scheduler publishes to
-        worker = self.spawn(
+        self.spawn(
             stack,
             "taskiq-worker",
             ["-m", "taskiq", "worker", "bench.peer_taskiq:broker", "--workers", "1", *TASKIQ_ARGS],
         )
-        self.source = NATSKeyValueScheduleSource(servers=self.nats_url, bucket_name=BUCKET)
+        self.source = NATSKeyValueScheduleSource(servers=self.nats_url, bucket_name=TASKIQ_BUCKET)
         await self.source.startup()
         stack.push_async_callback(self.source.shutdown)
-        sched = self.spawn(
+        self.spawn(
             stack,
             "taskiq-scheduler",
             [
@@ -354,10 +351,9 @@ class TaskiqPeer(Peer):
                 *TASKIQ_ARGS,
             ],
         )
-        self.procs = [worker, sched]
 
     async def submit(self, dues: Sequence[float]) -> None:
-        self.check_alive(self.procs)
+        self.check_alive()
         make = self.scheduled_task
         await bounded(
             SUBMIT_CONCURRENCY,

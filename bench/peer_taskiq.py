@@ -16,13 +16,13 @@ import os
 from taskiq import TaskiqScheduler
 from taskiq_nats import NATSKeyValueScheduleSource, PullBasedJetStreamBroker
 
-from bench.peer_tasks import record_async
+from bench.peer_tasks import TASKIQ_BUCKET, TASKIQ_STREAM, record_async
 
 NATS_URL = os.environ.get("BENCH_NATS_URL", "")
-STREAM = "bench_taskiq"
-BUCKET = "bench_taskiq_schedules"
 
-broker = PullBasedJetStreamBroker(servers=NATS_URL, stream_name=STREAM, durable="bench_taskiq")
+broker = PullBasedJetStreamBroker(
+    servers=NATS_URL, stream_name=TASKIQ_STREAM, durable=TASKIQ_STREAM
+)
 broker.register_task(record_async, task_name="noop")
-source = NATSKeyValueScheduleSource(servers=NATS_URL, bucket_name=BUCKET)
+source = NATSKeyValueScheduleSource(servers=NATS_URL, bucket_name=TASKIQ_BUCKET)
 scheduler = TaskiqScheduler(broker, sources=[source])

@@ -24,6 +24,9 @@ ARQ_POLL_DELAY_S = 0.05
 """arq's ``poll_delay`` (its default 0.5 s would put half a second on every start)."""
 ARQ_MAX_JOBS = 1000
 """arq's ``max_jobs`` (concurrent jobs per worker; its default is 10)."""
+TASKIQ_STREAM = "bench_taskiq"
+TASKIQ_BUCKET = "bench_taskiq_schedules"
+"""The JetStream stream and the NATS KV bucket of the taskiq peer (:mod:`bench.peer_taskiq`)."""
 CELERY_WORKER_ARGS = ["--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat"]
 
 
