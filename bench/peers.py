@@ -271,7 +271,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             results.append(r)
     results.append(await measure_jobsched(args))
     print_table(results, args)
-    return {"args": vars(args), "results": results}
+    return {"args": {**vars(args), "workloads": sorted(args.workloads)}, "results": results}
 
 
 def main() -> None:
