@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.ownership import CLUSTER_MIN_TTL_S
-from bench.common import NO_QUOTAS, percentile
+from bench.common import NO_QUOTAS, percentile, tail
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, find_nats_server
 from tests.faults.cluster import Cluster, cluster, failover_seconds, lost_and_duplicates, now
@@ -92,18 +93,23 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
     async with nats_for(scenario, tmp) as nats:
         settings = settings_for(scenario, tmp, nats.url, args)
         async with cluster(settings, tmp) as c:
-            c.start("scheduler", "s1")
-            c.start("scheduler", "s2")
-            c.start("worker", "w1")
-            ttl = settings.lease_ttl_seconds
-            await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
-            start = now() + timedelta(seconds=3)
-            jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
-            half = start + timedelta(seconds=args.spread / 2)
-            await asyncio.sleep(max(0.0, (half - now()).total_seconds()))
-            killed_at = await crash(scenario, c, nats)
-            runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * ttl + 60)
-            logs = "".join(child.output() for child in c.children.values())
+            try:
+                c.start("scheduler", "s1")
+                c.start("scheduler", "s2")
+                c.start("worker", "w1")
+                ttl = settings.lease_ttl_seconds
+                await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
+                start = now() + timedelta(seconds=3)
+                jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
+                half = start + timedelta(seconds=args.spread / 2)
+                await asyncio.sleep(max(0.0, (half - now()).total_seconds()))
+                killed_at = await crash(scenario, c, nats)
+                runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * ttl + 60)
+                logs = "".join(child.output() for child in c.children.values())
+            except Exception:
+                for name, child in c.children.items():
+                    print(f"--- {name} log ---\n{tail(child.log)}", file=sys.stderr)
+                raise
     lost, duplicates = lost_and_duplicates(jobs, runs)
     delays = [
         (r.started_at - r.scheduled_for).total_seconds()

@@ -269,7 +269,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         r = await measure_peer(cls, args)
         if r is not None:
             results.append(r)
-    results.append(await measure_jobsched(args))
+    if args.jobsched:
+        results.append(await measure_jobsched(args))
     print_table(results, args)
     return {"args": {**vars(args), "workloads": sorted(args.workloads)}, "results": results}
 
@@ -288,6 +289,12 @@ def main() -> None:
         help="burst,steady (both)",
     )
     p.add_argument("--peers", default=",".join(PEERS), help=f"{','.join(PEERS)} or none")
+    p.add_argument(
+        "--jobsched",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure jobsched after the peers (default)",
+    )
     p.add_argument("--layout", default="one", choices=["one", "split", "inproc"])
     p.add_argument("--timeout", type=float, default=60.0, help="max wait after the last due, s")
     p.add_argument(
