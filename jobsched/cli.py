@@ -23,6 +23,7 @@ import aiohttp
 import click
 import msgspec
 
+from bus import natsconf
 from bus.callout import api_inbox_prefix, callout_config
 from core.access import SCOPES, Role, parse_scope
 from core.errors import ConfigError, JobschedError
@@ -308,6 +309,77 @@ def scheduler() -> None:
 def worker() -> None:
     """A worker executing runs of JOBSCHED_QUEUES (needs JOBSCHED_NATS_URL only)."""
     _service(Roles(worker=True))
+
+
+# --- deployment: the bus users ---------------------------------------------------------------
+
+NATS_SECRET = "jobsched-nats"
+"""The Kubernetes Secret of the processes' NATS credentials files."""
+NATS_SERVER_SECRET = "jobsched-nats-server"
+"""The Kubernetes Secret of the NATS servers' password hashes."""
+
+
+@main.command(name="nats-config")
+@click.option("--prefix", default=None, help="JOBSCHED_SUBJECT_PREFIX [default: from env].")
+@click.option("--queues", default=None, help="The workers' JOBSCHED_QUEUES [default: from env].")
+@click.option(
+    "--helm",
+    "helm_secret",
+    default=None,
+    metavar="SECRET",
+    help="Print values for the NATS Helm chart instead, the hashes from this Secret.",
+)
+def nats_config(prefix: str | None, queues: str | None, helm_secret: str | None) -> None:
+    """Print the nats-server `authorization` block of the deployment's bus users.
+
+    One user per role with exactly its permissions (bus/auth.py); the passwords are variable
+    references, NATS_<ROLE>_PASSWORD, set in each server's environment (`jobsched
+    nats-credentials`). deploy/nats/auth.conf and deploy/kubernetes/nats/auth-values.yaml are
+    this output (`make nats-config`).
+    """
+    settings = _settings(subject_prefix=prefix, queues=queues)
+    command = f"jobsched nats-config --prefix {settings.subject_prefix} --queues {settings.queues}"
+    conf = natsconf.auth_conf(settings.subject_prefix, settings.queue_names, command)
+    if helm_secret is None:
+        click.echo(conf, nl=False)
+    else:
+        values = natsconf.helm_values(conf, f"{command} --helm {helm_secret}", helm_secret)
+        click.echo(values, nl=False)
+
+
+@main.command(name="nats-credentials")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--prefix", default=None, help="JOBSCHED_SUBJECT_PREFIX [default: from env].")
+@click.option(
+    "--kubernetes",
+    is_flag=True,
+    help=f"Also print the Secrets {NATS_SECRET} and {NATS_SERVER_SECRET} for kubectl apply -f -.",
+)
+@click.option("--namespace", default="jobsched", show_default=True)
+@click.option("--nats-namespace", default="nats", show_default=True)
+def nats_credentials(
+    directory: Path, prefix: str | None, kubernetes: bool, namespace: str, nats_namespace: str
+) -> None:
+    """Create the bus users' secrets in DIRECTORY (once; a re-run keeps them).
+
+    nats-<role>.json per role (each process's JOBSCHED_NATS_CREDENTIALS_DIR holds its own
+    roles' files) and nats-server.env (the servers' password hashes, NATS_<ROLE>_PASSWORD).
+    Never commit them.
+    """
+    settings = _settings(subject_prefix=prefix)
+    try:
+        natsconf.write_secrets(directory, settings.subject_prefix)
+    except ConfigError as e:
+        raise click.ClickException(e.message) from None
+    if kubernetes:
+        click.echo(
+            natsconf.kubernetes_secrets(
+                directory, namespace, nats_namespace, NATS_SECRET, NATS_SERVER_SECRET
+            ),
+            nl=False,
+        )
+    else:
+        click.echo(f"NATS credentials in {directory} (keep them out of version control)", err=True)
 
 
 @main.command()

@@ -1,6 +1,8 @@
 """The production-like stack of ``compose.yaml`` (with ``Dockerfile`` and ``deploy/``), checked
 statically: services, commands, health checks, restart policies, loopback-only ports, versions,
-the one-member MongoDB replica set, the NATS cluster, and that every ``JOBSCHED_*`` variable it
+the one-member MongoDB replica set, the NATS cluster, its users (every service that talks to
+NATS gets the credentials of its own connections, and only those; the servers get the password
+hashes; nothing in the repository holds a password), and that every ``JOBSCHED_*`` variable it
 sets is a setting. The file is validated against the Compose Specification's JSON schema
 (``tests/data/compose-spec.json``, Apache-2.0, the copy shipped in docker-compose 1.29.2 as
 ``compose/config/compose_spec.json``); ``docker compose config -q`` runs too when a docker CLI
@@ -20,13 +22,18 @@ import jsonschema
 import pytest
 import yaml
 
-from core.settings import Settings
+from bus.auth import credentials_file_name
+from bus.callout import ISSUER_SEED_FILE
+from bus.natsconf import SERVER_ENV_FILE, password_variable, server_environment, write_secrets
+from core.settings import Settings, load_settings
+from jobsched.runtime import Roles, connections_of
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose.yaml"
 COMPOSE_SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
 JOBSCHED_ROLES = {"gateway": 1, "scheduler": 2, "worker": 2}
 NATS_NODES = ("nats-1", "nats-2", "nats-3")
+SECRETS = "./secrets"  # `jobsched nats-credentials secrets`, never committed
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +140,60 @@ def test_nats_is_a_three_node_jetstream_cluster_on_2_12_or_later(
         assert f"nats://{node}:6222" in common
 
 
-def test_nats_configs_parse(nats_binary: str) -> None:
-    binary = nats_binary
+def test_nats_configs_parse(nats_binary: str, tmp_path: Path) -> None:
+    """With the password hashes in the environment, as ``env_file`` sets them (tests/
+    test_nats_deploy.py also checks that a node without them refuses to start)."""
+    write_secrets(tmp_path, "jobsched")
+    env = server_environment(tmp_path)
     for node in NATS_NODES:
         conf = ROOT / "deploy" / "nats" / f"{node}.conf"
         result = subprocess.run(
-            [binary, "-t", "-c", str(conf)], check=False, capture_output=True, text=True, timeout=30
+            [nats_binary, "-t", "-c", str(conf)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_nats_node_authenticates_with_the_hashes_of_the_secrets_directory(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for node in NATS_NODES:
+        service = services[node]
+        assert service["env_file"] == f"{SECRETS}/{SERVER_ENV_FILE}", node
+        assert not any(k.startswith("NATS_") for k in environment(service)), node
+    text = (ROOT / "deploy" / "nats" / "auth.conf").read_text()
+    assert f'"password": ${password_variable("worker")}' in text
+
+
+@pytest.mark.parametrize("role", JOBSCHED_ROLES)
+def test_each_service_has_the_credentials_of_its_own_connections_only(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], role: str
+) -> None:
+    service = services[role]
+    settings = load_settings(environment(service))
+    assert settings.nats_credentials_dir == "/run/secrets"  # where compose mounts secrets
+    assert not settings.nats_credentials_file
+    roles = Roles(**{role: True})
+    expected = {credentials_file_name(c) for c in connections_of(roles, callout=roles.gateway)}
+    if roles.gateway:  # the callout's issuer seed, where the setting points
+        expected.add(ISSUER_SEED_FILE)
+        assert settings.nats_callout_issuer_seed_file == f"/run/secrets/{ISSUER_SEED_FILE}"
+    assert set(service["secrets"]) == expected
+    for name in expected:
+        assert compose["secrets"][name] == {"file": f"{SECRETS}/{name}"}
+
+
+def test_every_secret_is_used_and_none_is_in_the_repository_or_the_image(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    used = {s for service in services.values() for s in service.get("secrets", [])}
+    assert used == set(compose["secrets"])
+    assert "secrets/" in (ROOT / ".gitignore").read_text().split()
+    assert "secrets" in (ROOT / ".dockerignore").read_text().split()
 
 
 def test_mongodb_is_a_one_member_replica_set(services: dict[str, dict[str, Any]]) -> None:
@@ -235,4 +288,7 @@ def test_docker_compose_config_validates() -> None:
         env={"JOBSCHED_AUTH_SECRET": "x" * 64, "PATH": "/usr/bin:/bin:/usr/local/bin"},
         cwd=ROOT,
     )
+    if not (ROOT / SECRETS / SERVER_ENV_FILE).exists():  # a new checkout: no secrets yet
+        assert result.returncode != 0 and SERVER_ENV_FILE in result.stderr, result.stderr
+        return
     assert result.returncode == 0, result.stderr

@@ -10,7 +10,9 @@ cluster: there is none here).
   a JSON schema closed to unknown fields; and its ``nats-jetstream`` trigger against the
   parameters KEDA documents for that scaler (the CRD types trigger metadata as any string map).
 - What no schema knows: every variable is a setting and loads; the probes hit the port and path
-  each process serves; the Secret references resolve; the PodDisruptionBudgets and the Service
+  each process serves; the Secret references resolve; each Deployment mounts the NATS users of
+  its own connections, and only those (tests/test_nats_deploy.py checks the NATS servers' side,
+  ``nats/auth-values.yaml``); the PodDisruptionBudgets and the Service
   select the pods; and the trigger's stream and consumer are the ones the code creates for the
   worker Deployment's settings (``jobsched.runtime.bus_config``), so that a rename cannot
   silently break autoscaling. Last, the trigger's query is run against a real nats-server's
@@ -38,10 +40,13 @@ import pytest
 import yaml
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 
+from bus.auth import credentials_file_name
+from bus.callout import ISSUER_SEED_FILE
 from bus.nats import Bus
+from bus.natsconf import DEPLOYED_ROLES, user_name
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer
-from jobsched.runtime import bus_config
+from jobsched.runtime import Roles, bus_config, connections_of
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -123,6 +128,12 @@ def environment(deployment: Doc, core: list[Doc]) -> dict[str, str]:
 
 def settings_of(deployment: Doc, core: list[Doc]) -> Settings:
     return load_settings(environment(deployment, core))
+
+
+def without_nats_users(settings: Settings) -> Settings:
+    """``settings`` without its NATS credentials (mounted in the pod only): for the stream and
+    consumer names, or a connection to this test's own server."""
+    return msgspec.structs.replace(settings, nats_credentials_dir="", nats_credentials_file="")
 
 
 # --- the files --------------------------------------------------------------------------------
@@ -481,7 +492,7 @@ def test_the_service_reaches_the_gateways(core: list[Doc]) -> None:
 
 
 def test_secrets_are_secret_references_and_only_where_needed(core: list[Doc]) -> None:
-    (secret,) = of_kind(core, "Secret")
+    secret = named(core, "Secret", "jobsched")
     for deployment in deployments(core):
         for var in container(deployment)["env"]:
             if var["name"] in secret["stringData"]:
@@ -498,6 +509,49 @@ def test_secrets_are_secret_references_and_only_where_needed(core: list[Doc]) ->
         "scheduler": {"JOBSCHED_STORE_URL"},
         "worker": set(),
     }
+
+
+NATS_SECRET = "jobsched-nats"
+
+
+def nats_volume(deployment: Doc) -> tuple[Doc, Doc]:
+    """The Deployment's volume of the Secret ``jobsched-nats`` and the container's mount of it."""
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == NATS_SECRET]
+    (mount,) = [m for m in container(deployment)["volumeMounts"] if m["name"] == volume["name"]]
+    return volume, mount
+
+
+def test_each_role_mounts_the_nats_users_of_its_own_connections_only(core: list[Doc]) -> None:
+    for deployment in deployments(core):
+        role = role_of(deployment)
+        volume, mount = nats_volume(deployment)
+        settings = settings_of(deployment, core)
+        assert settings.nats_credentials_dir == mount["mountPath"], role
+        assert not settings.nats_credentials_file
+        assert mount["readOnly"] is True
+        assert volume["secret"]["defaultMode"] == 0o440  # root:fsGroup, not world-readable
+        roles = Roles(**{role: True})
+        expected = {credentials_file_name(c) for c in connections_of(roles, callout=roles.gateway)}
+        if roles.gateway:  # the auth callout's issuer seed, where the setting points
+            expected.add(ISSUER_SEED_FILE)
+            seed = f"{mount['mountPath']}/{ISSUER_SEED_FILE}"
+            assert settings.nats_callout_issuer_seed_file == seed
+        items = volume["secret"]["items"]
+        assert all(i["key"] == i["path"] for i in items), role
+        assert {i["key"] for i in items} == expected, role
+
+
+def test_the_example_nats_secret_has_every_role_s_user(core: list[Doc]) -> None:
+    secret = named(core, "Secret", NATS_SECRET)
+    prefix = of_kind(core, "ConfigMap")[0]["data"]["JOBSCHED_SUBJECT_PREFIX"]
+    files = {credentials_file_name(r) for r in DEPLOYED_ROLES}
+    assert set(secret["stringData"]) == files | {ISSUER_SEED_FILE}
+    for role in DEPLOYED_ROLES:
+        creds = json.loads(secret["stringData"][credentials_file_name(role)])
+        assert creds["user"] == user_name(prefix, role)
+    mounted = {i["key"] for d in deployments(core) for i in nats_volume(d)[0]["secret"]["items"]}
+    assert mounted <= set(secret["stringData"])
 
 
 # --- the autoscaler against the code ----------------------------------------------------------
@@ -520,7 +574,7 @@ def autoscaling_problems(core: list[Doc], scaled_objects: list[Doc]) -> list[str
         targeted[ref["name"]] = name
         deployment = workers[ref["name"]]
         settings = settings_of(deployment, core)
-        bus = bus_config(settings)
+        bus = bus_config(without_nats_users(settings))
         expected = {(bus.work_stream, bus.work_consumer(q)) for q in settings.queue_names}
         triggers = nats_triggers(so)
         found = {(t["metadata"]["stream"], t["metadata"]["consumer"]) for t in triggers}
@@ -646,7 +700,9 @@ async def test_the_trigger_reads_the_queue_depth_from_a_real_nats_server(
     meta = trigger["metadata"]
     # The worker's settings, on one server of this test (R1: one node cannot hold R3 streams).
     settings = msgspec.structs.replace(
-        settings_of(worker, core), nats_url=monitored_nats.url, stream_replicas=1
+        without_nats_users(settings_of(worker, core)),
+        nats_url=monitored_nats.url,
+        stream_replicas=1,
     )
     (queue,) = settings.queue_names
     bus = Bus(bus_config(settings), name="keda-test")

@@ -5,7 +5,8 @@ The services wait for all three nodes to be healthy and then create R3 streams. 
 answers 200 before the nodes elected a JetStream meta leader (``/healthz?js-enabled-only=true``
 does, on a node alone) lets them start too early: stream creation fails, they exit, and only
 ``restart: unless-stopped`` heals the stack. The check must fail on a lone node and pass once all
-three run, and then R3 streams can be created.
+three run, and then the scheduler's user (deploy/nats/auth.conf, its password hash in the
+environment as compose's ``env_file`` sets it) can create jobsched's R3 streams.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import yaml
-from nats.js.api import StreamConfig
+
+from bus.auth import credentials_file_name, read_credentials
+from bus.nats import Bus, BusConfig
+from bus.natsconf import server_environment, write_secrets
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ("nats-1", "nats-2", "nats-3")
@@ -59,8 +62,16 @@ def substituted(text: str, replacements: list[tuple[str, str]]) -> str:
 
 
 class Node:
-    def __init__(self, name: str, binary: str, root: Path, ports: dict[str, dict[str, int]]):
+    def __init__(
+        self,
+        name: str,
+        binary: str,
+        root: Path,
+        ports: dict[str, dict[str, int]],
+        env: dict[str, str],
+    ):
         self.name = name
+        self.env = env
         self.http = ports[name]["http"]
         self.client = ports[name]["client"]
         directory = root / name
@@ -81,13 +92,16 @@ class Node:
         )
         conf = directory / f"{name}.conf"
         conf.write_text((ROOT / "deploy" / "nats" / f"{name}.conf").read_text())
+        (directory / "auth.conf").write_text((ROOT / "deploy" / "nats" / "auth.conf").read_text())
         self.command = [binary, "-c", str(conf)]
         self.log = directory / "nats.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
 
     def status(self, path: str) -> int:
         """The HTTP status of ``path`` on this node's monitoring port (0: not listening yet)."""
@@ -111,9 +125,17 @@ class Node:
 
 
 @pytest.fixture
-def cluster(nats_binary: str, tmp_path: Path) -> Iterator[dict[str, Node]]:
+def secrets_dir(tmp_path: Path) -> Path:
+    """What ``jobsched nats-credentials secrets`` creates for compose."""
+    write_secrets(tmp_path / "secrets", "jobsched")
+    return tmp_path / "secrets"
+
+
+@pytest.fixture
+def cluster(nats_binary: str, tmp_path: Path, secrets_dir: Path) -> Iterator[dict[str, Node]]:
     ports = {n: {"client": free_port(), "http": free_port(), "cluster": free_port()} for n in NODES}
-    nodes = {n: Node(n, nats_binary, tmp_path, ports) for n in NODES}
+    env = server_environment(secrets_dir)
+    nodes = {n: Node(n, nats_binary, tmp_path, ports, env) for n in NODES}
     try:
         yield nodes
     finally:
@@ -132,7 +154,7 @@ async def until_status(nodes: list[Node], path: str, status: int, timeout_s: flo
 
 
 async def test_the_nats_health_check_waits_for_the_jetstream_meta_leader(
-    cluster: dict[str, Node],
+    cluster: dict[str, Node], secrets_dir: Path
 ) -> None:
     check = health_path()
     first = cluster["nats-1"]
@@ -146,12 +168,18 @@ async def test_the_nats_health_check_waits_for_the_jetstream_meta_leader(
     cluster["nats-3"].start()
     await until_status(list(cluster.values()), check, 200)
 
-    # What the services do as soon as every node is healthy: create R3 streams.
-    nc = await nats.connect(f"nats://127.0.0.1:{first.client}")
+    # What the services do as soon as every node is healthy: the scheduler creates R3 streams.
+    config = BusConfig(
+        servers=[f"nats://127.0.0.1:{first.client}"],
+        prefix="jobsched",
+        replicas=3,
+        credentials=read_credentials(secrets_dir / credentials_file_name("scheduler")),
+    )
+    bus = Bus(config, name="jobsched-scheduler")
+    await bus.connect()
     try:
-        info = await nc.jetstream().add_stream(
-            StreamConfig(name="health_probe", subjects=["health.probe"], num_replicas=3)
-        )
+        await bus.ensure_streams()
+        info = await bus.js.stream_info(config.work_stream)
         assert info.config.num_replicas == 3
     finally:
-        await nc.close()
+        await bus.close()

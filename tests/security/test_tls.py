@@ -31,6 +31,7 @@ from cryptography import x509
 
 from bus.auth import Credentials
 from bus.nats import Bus, BusConfig
+from bus.natsconf import server_environment, write_secrets
 from bus.tls import client_context
 from core.errors import BusUnavailable, ConfigError
 from core.model import RunMessage
@@ -436,8 +437,18 @@ def node_configs_with_certs(tmp_path: Path, certs: dict[str, Path]) -> Path:
 
 
 def config_check(binary: str, conf: Path) -> subprocess.CompletedProcess[str]:
+    """``nats-server -t`` on ``conf``, the bus users' password hashes in the environment as
+    compose sets them (``secrets/nats-server.env``, deploy/nats/auth.conf)."""
+    secrets_dir = conf.parent.parent / "secrets"
+    if not secrets_dir.exists():
+        write_secrets(secrets_dir, "jobsched")
     return subprocess.run(
-        [binary, "-t", "-c", str(conf)], check=False, capture_output=True, text=True, timeout=30
+        [binary, "-t", "-c", str(conf)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=server_environment(secrets_dir),
     )
 
 
