@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.ownership import CLUSTER_MIN_TTL_S
-from bench.common import NO_QUOTAS, percentile
+from bench.common import NO_QUOTAS, percentile, tail
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, find_nats_server
 from tests.faults.cluster import Cluster, cluster, failover_seconds, lost_and_duplicates, now
@@ -91,18 +93,23 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
     async with nats_for(scenario, tmp) as nats:
         settings = settings_for(scenario, tmp, nats.url, args)
         async with cluster(settings, tmp) as c:
-            c.start("scheduler", "s1")
-            c.start("scheduler", "s2")
-            c.start("worker", "w1")
-            ttl = settings.lease_ttl_seconds
-            await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
-            start = now() + timedelta(seconds=3)
-            jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
-            half = start + timedelta(seconds=args.spread / 2)
-            await asyncio.sleep(max(0.0, (half - now()).total_seconds()))
-            killed_at = await crash(scenario, c, nats)
-            runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * ttl + 60)
-            logs = "".join(child.output() for child in c.children.values())
+            try:
+                c.start("scheduler", "s1")
+                c.start("scheduler", "s2")
+                c.start("worker", "w1")
+                ttl = settings.lease_ttl_seconds
+                await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
+                start = now() + timedelta(seconds=3)
+                jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
+                half = start + timedelta(seconds=args.spread / 2)
+                await asyncio.sleep(max(0.0, (half - now()).total_seconds()))
+                killed_at = await crash(scenario, c, nats)
+                runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * ttl + 60)
+                logs = "".join(child.output() for child in c.children.values())
+            except Exception:
+                for name, child in c.children.items():
+                    print(f"--- {name} log ---\n{tail(child.log)}", file=sys.stderr)
+                raise
     lost, duplicates = lost_and_duplicates(jobs, runs)
     delays = [
         (r.started_at - r.scheduled_for).total_seconds()
@@ -118,7 +125,7 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
         "ttl": settings.lease_ttl_seconds,
         "delays": delays,
         "published": published,
-        "failover": failover_seconds(runs, "s1", killed_at) if scenario == "scheduler" else None,
+        "failover": _failover(runs, killed_at) if scenario == "scheduler" else None,
         "leases_lost": logs.count("lease(s) to another scheduler"),
         "fenced": logs.count("could not renew"),
         "duplicates": duplicates,
@@ -126,12 +133,22 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
     }
 
 
+def _failover(runs: list[Any], killed_at: Any) -> float:
+    """The failover time, NaN when no run of the dead scheduler's partitions came due after the
+    crash (too few jobs or too short a spread to see one)."""
+    try:
+        return failover_seconds(runs, "s1", killed_at)
+    except ValueError:
+        return float("nan")
+
+
 def _row(name: str, r: dict[str, Any]) -> str:
     d = sorted(r["delays"])
     failover = "" if r["failover"] is None else f"{r['failover']:.2f}"
     return (
         f"{name:>12} {len(d):>5} {percentile(d, 50):>7.2f} {percentile(d, 99):>7.2f} "
-        f"{max(d):>7.2f} {max(r['published']):>7.2f} {failover:>9} "
+        f"{max(d, default=math.nan):>7.2f} {max(r['published'], default=math.nan):>7.2f} "
+        f"{failover:>9} "
         f"{r['leases_lost']:>6} {r['fenced']:>6} "
         f"{r['duplicates']:>5} {r['lost']:>5}"
     )
@@ -184,8 +201,8 @@ async def main() -> None:
         d = sorted(t["delays"])
         print(
             f"  {scenario}: TTL {t['ttl']:g} s; {len(d)} runs; p50 {percentile(d, 50):.2f} s, "
-            f"p99 {percentile(d, 99):.2f} s, max {max(d):.2f} s "
-            f"(= {max(d) / t['ttl']:.2f} x TTL); leases lost {t['leases_lost']}, "
+            f"p99 {percentile(d, 99):.2f} s, max {max(d, default=math.nan):.2f} s "
+            f"(= {max(d, default=math.nan) / t['ttl']:.2f} x TTL); leases lost {t['leases_lost']}, "
             f"duplicates {t['duplicates']}, lost {t['lost']}"
         )
 

@@ -3,8 +3,9 @@
 1. ``--jobs`` (100) immediate ``noop`` jobs, one after another: from sending POST /jobs until the
    stored execution's ``finishedAt`` (the worker's clock), and until GET /jobs/{id} shows
    SUCCEEDED (polled every ``--poll-ms``, 5 ms); plus the POST round trip itself.
-2. ``--once-jobs`` (100) ``once`` jobs with ``executeAt`` spread evenly 2-12 s ahead: delay from
-   ``executeAt`` (= ``scheduledFor``) to ``publishedAt`` and to ``startedAt``.
+2. ``--once-jobs`` (100) ``once`` jobs with ``executeAt`` spread evenly 2-12 s ahead
+   (``--once-spread``, 10 s): delay from ``executeAt`` (= ``scheduledFor``) to ``publishedAt`` and
+   to ``startedAt``.
 
 Layout ``one`` (default): every role in one child process, like ``jobsched dev``; ``inproc`` runs
 them in this process's event loop (the polling client then shares it); ``split`` one per role.
@@ -91,10 +92,9 @@ async def sequential_immediate(d: Deployment, n: int, poll_s: float) -> dict[str
     }
 
 
-async def once_jobs(d: Deployment, n: int) -> dict[str, Any]:
+async def once_jobs(d: Deployment, n: int, span_s: float) -> dict[str, Any]:
     now = datetime.now(UTC)
-    span = 10.0
-    ats = [now + timedelta(seconds=2 + (span * i / max(1, n - 1))) for i in range(n)]
+    ats = [now + timedelta(seconds=2 + (span_s * i / max(1, n - 1))) for i in range(n)]
     res = await post_jobs(d.url, d.token, [once_body(a) for a in ats], concurrency=20)
     if res.errors:
         raise RuntimeError(f"{len(res.errors)} POST errors, e.g. {res.errors[0]}")
@@ -131,7 +131,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     layout = Layout.parse(args.layout)
     async with Deployment(layout, keep=args.keep, name="latency") as d:
         seq = await sequential_immediate(d, args.jobs, args.poll_ms / 1000.0)
-        once = await once_jobs(d, args.once_jobs)
+        once = await once_jobs(d, args.once_jobs, args.once_spread)
     rows = []
     labels = {
         "post_round_trip": "POST /jobs round trip",
@@ -147,7 +147,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         rows.append([labels[key], s.n, fmt_s(s.p50), fmt_s(s.p90), fmt_s(s.max)])
     print(
         f"\nlatency — layout {layout.label}; {args.jobs} sequential immediate noop jobs, "
-        f"{args.once_jobs} once jobs due 2-12 s ahead"
+        f"{args.once_jobs} once jobs due 2-{2 + args.once_spread:g} s ahead"
     )
     print(table(["figure", "n", "median", "p90", "max"], rows))
     return {
@@ -165,6 +165,9 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=100)
     p.add_argument("--once-jobs", type=int, default=100)
     p.add_argument("--poll-ms", type=float, default=5.0)
+    p.add_argument(
+        "--once-spread", type=float, default=10.0, help="once jobs due over this many s, from 2 s"
+    )
     add_common_args(p)
     args = p.parse_args()
     result = asyncio.run(main_async(args))
