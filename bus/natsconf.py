@@ -37,8 +37,9 @@ from bus.auth import (
     credentials_file_name,
     read_credentials,
     role_permissions,
+    write_credentials,
 )
-from bus.callout import ISSUER_SEED_FILE, new_issuer_seed, read_issuer
+from bus.callout import ISSUER_SEED_FILE, new_issuer_seed, read_issuer, write_issuer_seed
 from core.errors import ConfigError
 
 DEPLOYED_ROLES = tuple(role for role in ROLES if role != "api")
@@ -209,17 +210,13 @@ def write_secrets(
                 )
             continue
         creds = Credentials(user=user_name(prefix, role), password=secrets.token_hex(32))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.fchmod(fd, 0o644)  # whatever the umask: the container's user must read it
-        with os.fdopen(fd, "w") as f:
-            json.dump({"user": creds.user, "password": creds.password}, f)
+        write_credentials(path, creds)
+        path.chmod(0o644)  # inside the 0700 directory: the container's user must read it
         result[role] = creds
     seed_file = directory / ISSUER_SEED_FILE
     if not seed_file.exists():
-        fd = os.open(seed_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.fchmod(fd, 0o644)  # as the credentials files: the gateway container reads it
-        with os.fdopen(fd, "wb") as out:
-            out.write(new_issuer_seed() + b"\n")
+        write_issuer_seed(seed_file, new_issuer_seed())
+        seed_file.chmod(0o644)  # as the credentials files: the gateway container reads it
     env = {
         password_variable(role): _hash(creds.password, previous.get(password_variable(role)))
         for role, creds in result.items()

@@ -313,29 +313,37 @@ class NatsServer:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             raise RuntimeError("nats-server is not running")
-        offset = self.log_file.stat().st_size if self.log_file and self.log_file.exists() else 0
+        offset = self.log_offset()
         self.authorization = authorization
         self._write_config(self.store_dir / "nats-server.conf")
         os.kill(proc.pid, signal.SIGHUP)
         if self.log_file is None:
             return
         deadline = time.monotonic() + timeout_s
-        while not self._logged_since(offset, b"Reloaded server configuration"):
-            if failed := self._logged_since(offset, b"Failed to reload"):
+        while not self._logged_since(offset, "Reloaded server configuration"):
+            if failed := self._logged_since(offset, "Failed to reload"):
                 raise RuntimeError(f"nats-server refused the new config: {failed}")
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError(f"nats-server did not reload its config within {timeout_s} s")
             time.sleep(0.005)
 
-    def _logged_since(self, offset: int, marker: bytes) -> str:
-        """The first log line after ``offset`` that holds ``marker``, or ''."""
-        assert self.log_file is not None
+    def log_offset(self) -> int:
+        """Where the server's log ends now, for :meth:`log_since` (0 without a log)."""
+        if self.log_file is None or not self.log_file.exists():
+            return 0
+        return self.log_file.stat().st_size
+
+    def log_since(self, offset: int) -> list[str]:
+        """The lines the server logged after ``offset`` (none without a log)."""
+        if self.log_file is None or not self.log_file.exists():
+            return []
         with self.log_file.open("rb") as f:
             f.seek(offset)
-            for line in f:
-                if marker in line:
-                    return line.decode(errors="replace").strip()
-        return ""
+            return f.read().decode(errors="replace").splitlines()
+
+    def _logged_since(self, offset: int, marker: str) -> str:
+        """The first log line after ``offset`` that holds ``marker``, or ''."""
+        return next((line.strip() for line in self.log_since(offset) if marker in line), "")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate (SIGTERM, then SIGKILL after ``timeout_s``); idempotent."""

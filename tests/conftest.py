@@ -67,7 +67,7 @@ def make_settings(
     own NATS users (one per connection, ``JOBSCHED_NATS_CREDENTIALS_DIR``) on the servers its
     URL names. At the end, the test fails if any of them hit a permission violation."""
     creds = tmp_path / "nats-creds"
-    granted: dict[str, tuple[AuthedNatsServer, int]] = {}
+    granted: dict[tuple[AuthedNatsServer, str], int] = {}  # (server, prefix): log offset
 
     def factory(**overrides: Any) -> Settings:
         base: dict[str, Any] = {
@@ -95,15 +95,14 @@ def make_settings(
             server = server_at(url)
             if server is not None:
                 server.grant(settings.subject_prefix, settings.queue_names, creds)
-                key = f"{url} {settings.subject_prefix}"
-                granted.setdefault(key, (server, server.log_offset()))
+                granted.setdefault((server, settings.subject_prefix), server.log_offset())
         return settings
 
     yield factory
     found = []
-    for key, (server, offset) in granted.items():
-        found += server.violations(key.split()[1], offset)
-        server.revoke(key.split()[1])
+    for (server, granted_prefix), offset in granted.items():
+        found += server.violations(granted_prefix, offset)
+        server.revoke(granted_prefix)
     assert not found, "NATS permission violations:\n" + "\n".join(found)
 
 

@@ -117,21 +117,10 @@ class AuthedNatsServer(NatsServer):
         else:
             self.authorization = self._block()
 
-    def log_offset(self) -> int:
-        """Where the server's log ends now (for :meth:`violations`)."""
-        if self.log_file is None or not self.log_file.exists():
-            return 0
-        return self.log_file.stat().st_size
-
     def violations(self, prefix: str, offset: int = 0) -> list[str]:
         """The permission violations logged since ``offset`` by the role users of ``prefix``."""
-        if self.log_file is None or not self.log_file.exists():
-            return []
-        with self.log_file.open("rb") as f:
-            f.seek(offset)
-            text = f.read().decode(errors="replace")
         who = f"/user:{prefix}-"
-        return [line for line in text.splitlines() if "Violation" in line and who in line]
+        return [line for line in self.log_since(offset) if "Violation" in line and who in line]
 
 
 def observer_url(urls: str) -> str:
