@@ -13,21 +13,12 @@ import multiprocessing
 import os
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime
 from typing import Any
 
 import msgspec
 from pebble import ProcessPool
 
 from core.tasks import TaskContext, TaskSpec
-
-
-class _Ctx(msgspec.Struct, frozen=True):
-    idempotency_key: str
-    job_id: str
-    attempt: int
-    scheduled_for: datetime
-    data_dir: str
 
 
 def _resolve(module: str, qualname: str) -> Any:
@@ -43,10 +34,9 @@ def run_in_child(
     """Entry point inside the pool's process: decode, call the task, encode its result."""
     fn = _resolve(*fn_ref)
     params_type = _resolve(*params_ref)
-    c = msgspec.json.decode(ctx, type=_Ctx)
     result = fn(
         msgspec.json.decode(params, type=params_type),
-        TaskContext(c.idempotency_key, c.job_id, c.attempt, c.scheduled_for, c.data_dir),
+        msgspec.json.decode(ctx, type=TaskContext),
     )
     return msgspec.json.encode(result)
 
@@ -85,15 +75,7 @@ class CpuPool:
                 (spec.fn.__module__, spec.fn.__qualname__),
                 (spec.params_type.__module__, spec.params_type.__qualname__),
                 msgspec.json.encode(params),
-                msgspec.json.encode(
-                    _Ctx(
-                        ctx.idempotency_key,
-                        ctx.job_id,
-                        ctx.attempt,
-                        ctx.scheduled_for,
-                        ctx.data_dir,
-                    )
-                ),
+                msgspec.json.encode(ctx),
             ),
             timeout=timeout_s,
         )

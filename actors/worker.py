@@ -39,7 +39,7 @@ from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import poison_event, run_event
-from core.tasks import TaskCatalog, TaskContext, TaskSpec
+from core.tasks import TaskCatalog, TaskContext, TaskError, TaskSpec
 from core.values import storable_event
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class WorkerConfig:
         cpu_slots: processes of the cpu pool; 0 = one per core.
         ack_wait_s: the consumer's ack wait; in-progress acks go out every third of it.
         backoff_s / backoff_max_s: first and largest retry delay (seconds).
-        data_dir: passed to tasks.
+        data_dir, secrets_dir, allowed_networks: passed to tasks (:class:`core.tasks.TaskContext`).
         drain_timeout_s: on stop, how long in-flight runs may finish before they are handed back.
     """
 
@@ -68,11 +68,16 @@ class WorkerConfig:
     backoff_s: float = 1.0
     backoff_max_s: float = 300.0
     data_dir: str = "./data"
+    secrets_dir: str = ""
+    allowed_networks: tuple[str, ...] = ()
     drain_timeout_s: float = 30.0
 
 
 PULL_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
 """A failed pull (NATS unreachable) is tried again every second."""
+RETRY_AFTER_MAX_S = 3600.0
+"""The longest a task's :class:`core.tasks.TaskError` ``retry_after_s`` (an HTTP ``Retry-After``)
+delays the next attempt (seconds): a target cannot park a run for days."""
 REPORT_RETRY = RetryPolicy(first_s=0.1, max_s=5.0)
 """A status report is published until it is stored: after 0.1 s, then twice as long each time
 up to 5 s, for as long as it takes (never cut short by a stop: the transition must reach the
@@ -321,7 +326,13 @@ class Worker:
             extra={"job_id": run.job_id, "execution_id": run.execution_id, "attempt": attempt},
         )
         ctx = TaskContext(
-            run.execution_id, run.job_id, attempt, run.scheduled_for, self.config.data_dir
+            run.execution_id,
+            run.job_id,
+            attempt,
+            run.scheduled_for,
+            self.config.data_dir,
+            self.config.secrets_dir,
+            self.config.allowed_networks,
         )
         began = time.perf_counter()
         try:
@@ -334,7 +345,7 @@ class Worker:
             if isinstance(e, RunCancelled):
                 await self._cancelled(d, run, attempt, started=started)
             else:
-                await self._failed(d, run, base, attempt, _describe(e))
+                await self._failed(d, run, base, attempt, e)
             return
         metrics.duration.observe(time.perf_counter() - began)
         now = self.clock.now()
@@ -415,14 +426,18 @@ class Worker:
         log.info("run %s CANCELLED", run.execution_id, extra={"execution_id": run.execution_id})
 
     async def _failed(
-        self, d: Delivery, run: RunMessage, base: StatusEvent, attempt: int, error: str
+        self, d: Delivery, run: RunMessage, base: StatusEvent, attempt: int, e: Exception
     ) -> None:
         now = self.clock.now()
         extra = {"job_id": run.job_id, "execution_id": run.execution_id, "attempt": attempt}
-        if attempt < run.max_attempts:
+        error = _describe(e)
+        retryable = not isinstance(e, TaskError) or e.retryable
+        if retryable and attempt < run.max_attempts:
             delay = retry_delay(
                 attempt, base_s=self.config.backoff_s, max_s=self.config.backoff_max_s
             )
+            if isinstance(e, TaskError) and e.retry_after_s is not None:
+                delay = max(delay, min(e.retry_after_s, RETRY_AFTER_MAX_S))
             await self._report(
                 msgspec.structs.replace(
                     base,
@@ -542,6 +557,8 @@ class Worker:
 
 
 def _describe(e: BaseException) -> str:
+    if isinstance(e, TaskError):  # the task's own words
+        return str(e) or type(e).__name__
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 

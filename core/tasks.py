@@ -10,9 +10,11 @@ process boundary as msgspec JSON). It may return a small JSON-able result, store
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -20,6 +22,42 @@ import msgspec
 from core.errors import FieldError, InvalidRequest
 
 TaskKind = Literal["io", "cpu"]
+
+
+SECRET_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+"""What a secret's name may be: a file name without a path (it names a file in the secrets
+directory, as Docker and Kubernetes mount secrets)."""
+
+
+class TaskError(Exception):
+    """A task's failure that says how to retry it (Temporal's ``ApplicationError`` idea).
+
+    Any other exception a task raises fails the attempt and is retried with the worker's
+    exponential backoff until the job's ``maxAttempts``.
+
+    Args:
+        message: the run's error, for humans (stored on the execution).
+        retryable: False: no further attempt, the run is FAILED now (a 4xx answer, a refused
+            address, a missing secret: trying again cannot help).
+        retry_after_s: the earliest the next attempt may start (seconds from now), e.g. an HTTP
+            ``Retry-After``; the worker waits the longer of it and its backoff delay, at most
+            :data:`actors.worker.RETRY_AFTER_MAX_S`.
+    """
+
+    def __init__(
+        self, message: str, *, retryable: bool = True, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class SecretNotFound(TaskError):
+    """A task asked for a secret the deployment does not hold (not retried)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"secret {name!r} is not defined on this worker", retryable=False)
+        self.name = name
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +71,10 @@ class TaskContext:
         attempt: 1-based attempt number.
         scheduled_for: the occurrence this run is for (aware UTC).
         data_dir: the deployment's data directory (tasks that write files put them here).
+        secrets_dir: the directory of the deployment's secrets, one file per secret (setting
+            ``secrets_dir``; empty: none). Read them with :meth:`secret`.
+        allowed_networks: CIDR networks outbound calls may reach although they are not globally
+            reachable (setting ``http_allowed_networks``; see :mod:`core.egress`).
     """
 
     idempotency_key: str
@@ -40,6 +82,22 @@ class TaskContext:
     attempt: int
     scheduled_for: datetime
     data_dir: str
+    secrets_dir: str = ""
+    allowed_networks: tuple[str, ...] = ()
+
+    def secret(self, name: str) -> str:
+        """The value of the deployment's secret ``name`` (the file's text, without a trailing
+        newline). Secrets live with the workers, never in a job, so the API cannot show them.
+
+        Raises:
+            SecretNotFound: no such secret (or an invalid name, or no secrets directory).
+        """
+        if not self.secrets_dir or not re.fullmatch(SECRET_NAME, name):
+            raise SecretNotFound(name)
+        try:
+            return (Path(self.secrets_dir) / name).read_text().rstrip("\r\n")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise SecretNotFound(name) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +198,14 @@ class TaskCatalog:
         return iter(self._tasks.values())
 
 
+_NAMED_REASON = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*): (.+)", re.S)
+
+
 def validation_field_error(err: msgspec.ValidationError, *, root: str = "") -> FieldError:
     """Turn a msgspec validation error into a :class:`FieldError` with a dotted field path.
 
     msgspec reports ``"<reason> - at `$.a.b[0]`"`` or ``"Object contains unknown field `x`"``.
+    A parameter type's ``__post_init__`` names its field by raising ``ValueError("field: reason")``.
     """
     message = str(err)
     reason, sep, where = message.partition(" - at `$")
@@ -156,5 +218,8 @@ def validation_field_error(err: msgspec.ValidationError, *, root: str = "") -> F
         name = reason.split("`")[1]
         path = f"{path}.{name}" if path else name
         reason = "required field is missing"
+    elif named := _NAMED_REASON.fullmatch(reason):  # a __post_init__'s "field: reason"
+        path = f"{path}.{named[1]}" if path else named[1]
+        reason = named[2]
     full = ".".join(p for p in (root, path) if p)
     return FieldError(full or "body", reason)

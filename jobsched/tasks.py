@@ -1,5 +1,5 @@
-"""The tasks jobsched ships: ``generate_report``, ``cleanup_export``, and the test tasks
-``noop``, ``sleep`` and ``fail``.
+"""The tasks jobsched ships: ``http`` (call a URL, :mod:`jobsched.http_task`),
+``generate_report``, ``cleanup_export``, and the test tasks ``noop``, ``sleep`` and ``fail``.
 
 A deployment points the ``tasks`` setting at its own ``module:callable`` returning a
 :class:`core.tasks.TaskCatalog` (it may start from :func:`builtin_catalog`).
@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from core.tasks import TaskCatalog, TaskContext
+from jobsched.http_task import HttpParams, call_url
 
 SafeName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 
@@ -79,6 +80,13 @@ def generate_report(params: ReportParams, ctx: TaskContext) -> dict[str, Any]:
 def build_catalog() -> TaskCatalog:
     """A new catalog with the built-in tasks."""
     catalog = TaskCatalog()
+    catalog.task(
+        "http",
+        params=HttpParams,
+        timeout_seconds=60,
+        max_attempts=5,
+        description="Call a URL (method, url, headers, json or text body); the answer is stored.",
+    )(call_url)
     catalog.task(
         "generate_report",
         params=ReportParams,

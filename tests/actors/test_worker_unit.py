@@ -17,11 +17,11 @@ from typing import Any
 
 import msgspec
 
-from actors.worker import Worker, WorkerConfig
+from actors.worker import RETRY_AFTER_MAX_S, Worker, WorkerConfig
 from core.clock import FakeClock
 from core.ids import execution_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
-from core.tasks import TaskCatalog, TaskContext
+from core.tasks import TaskCatalog, TaskContext, TaskError
 from tests.actors.harness import T0, at
 from tests.fakes import FakeBus, FakeCancelSignals, FakeDelivery, until, waits
 
@@ -55,6 +55,14 @@ class Gate:
         async def fail(params: NoParams, ctx: TaskContext) -> None:
             self.started.append(ctx)
             raise RuntimeError("boom")
+
+        @catalog.task("refuse", params=NoParams)
+        async def refuse(params: NoParams, ctx: TaskContext) -> None:
+            raise TaskError("HTTP 404 from GET https://example.com/", retryable=False)
+
+        @catalog.task("later", params=Count)
+        async def later(params: Count, ctx: TaskContext) -> None:
+            raise TaskError("HTTP 503 from GET https://example.com/", retry_after_s=params.n)
 
         @catalog.task("count", params=Count)
         async def count(params: Count, ctx: TaskContext) -> int:
@@ -186,6 +194,40 @@ async def test_the_last_attempt_fails_the_run_for_good() -> None:
         assert await rig.settled(d) == "term"
         assert rig.statuses() == [S.RUNNING, S.FAILED]
         assert rig.last().attempt == 2
+
+
+async def test_a_task_error_that_is_not_retryable_fails_the_run_at_once() -> None:
+    async with worker_rig() as rig:
+        d = rig.deliver(run("refuse", max_attempts=5))
+
+        assert await rig.settled(d) == "term"
+        assert rig.statuses() == [S.RUNNING, S.FAILED]
+        assert rig.last().error == "HTTP 404 from GET https://example.com/"  # its own words
+
+
+async def test_a_retry_after_delays_the_next_attempt_beyond_the_backoff() -> None:
+    async with worker_rig(backoff_s=1.0, backoff_max_s=60.0) as rig:
+        d = rig.deliver(run("later", max_attempts=3, parameters={"n": 30}))
+
+        assert await rig.settled(d) == "nak"
+        assert d.nak_delay_s == 30.0
+        assert rig.last().next_attempt_at == T0 + timedelta(seconds=30)
+
+
+async def test_a_short_retry_after_does_not_shorten_the_backoff() -> None:
+    async with worker_rig(backoff_s=10.0, backoff_max_s=60.0) as rig:
+        d = rig.deliver(run("later", max_attempts=3, parameters={"n": 1}))
+
+        await rig.settled(d)
+        assert d.nak_delay_s is not None and 8.0 <= d.nak_delay_s <= 12.0
+
+
+async def test_a_retry_after_is_capped() -> None:
+    async with worker_rig() as rig:
+        d = rig.deliver(run("later", max_attempts=3, parameters={"n": 10**9}))
+
+        await rig.settled(d)
+        assert d.nak_delay_s == RETRY_AFTER_MAX_S
 
 
 async def test_attempts_spent_before_publication_count() -> None:
