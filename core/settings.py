@@ -98,6 +98,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         drain_timeout_seconds: on SIGTERM, how long in-flight runs may finish before hand-back.
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
         worker_id: name of this worker in execution records; empty = ``<hostname>-<pid>``.
+        secrets_dir: ``JOBSCHED_SECRETS_DIR``; a worker's directory of secrets, one file per
+            secret named as the secret (a Docker or Kubernetes secret mount): what tasks read with
+            ``ctx.secret(name)`` and the ``http`` task puts into headers. Never in a job, so the
+            API never shows them. Empty: no secrets.
+        http_allowed_networks: ``JOBSCHED_HTTP_ALLOWED_NETWORKS``; comma-separated CIDR networks
+            that outbound calls of tasks (the ``http`` task) may reach although they are not
+            globally reachable — loopback, private, link-local and the other ranges
+            :mod:`core.egress` refuses by default against server-side request forgery. Empty:
+            public addresses only.
         log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
         nats_credentials_file: ``JOBSCHED_NATS_CREDENTIALS_FILE``; the NATS user of this
             process: a JSON file ``{"user": ..., "password": ...}`` (mode 0600, e.g. a
@@ -179,6 +188,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     tasks: str = "jobsched.tasks:builtin_catalog"
     worker_id: str = ""
+    secrets_dir: str = ""
+    http_allowed_networks: str = ""
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
     nats_credentials_file: str = ""

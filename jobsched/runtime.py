@@ -36,6 +36,7 @@ from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
+from core.egress import EgressPolicy
 from core.errors import ConfigError
 from core.history import Retention
 from core.ports import JobStore
@@ -172,6 +173,10 @@ def worker_config(settings: Settings) -> WorkerConfig:
         backoff_s=settings.retry_backoff_seconds,
         backoff_max_s=settings.retry_backoff_max_seconds,
         data_dir=str(Path(settings.data_dir).resolve()),
+        secrets_dir=str(Path(settings.secrets_dir).resolve()) if settings.secrets_dir else "",
+        allowed_networks=tuple(
+            str(n) for n in EgressPolicy.parse(settings.http_allowed_networks).allowed
+        ),
         drain_timeout_s=settings.drain_timeout_seconds,
     )
 
