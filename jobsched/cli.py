@@ -6,39 +6,37 @@ The only place that reads the environment, configures logging and installs signa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-from zoneinfo import ZoneInfo
 
-import aiohttp
 import click
 import msgspec
+from click.shell_completion import get_completion_class
 
 from bus import natsconf
 from bus.callout import api_inbox_prefix, callout_config
 from core.access import SCOPES, Role, parse_scope
 from core.errors import ConfigError, JobschedError
-from core.model import Event, JobEvent
 from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
-from jobsched.client import ApiError, JobschedClient, WatchClosed
+from jobsched.cli_jobs import COMMANDS, DEV_FILE
+from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
 from jobsched.logs import configure_logging
 from jobsched.natsserver import NatsServer, find_nats_server
 from jobsched.runtime import Roles, auth_secret, serve
 
 T = TypeVar("T")
-DEV_FILE = "dev.json"
 DEV_CREDENTIALS = "nats-creds"
 """Where ``jobsched dev`` keeps its NATS users' credentials (in the data dir; 0700, files 0600)."""
 
@@ -207,6 +205,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
 def _ready_banner(url: str, data: Path, nats_url: str) -> str:
     """What ``jobsched dev`` prints once ready: where everything is, never a secret (the
     token is in ``dev.json``, 0600; ``jobsched dev-env`` reads it)."""
+    me = _self_command()
     return f"""
 jobsched dev is ready
   API       {url}
@@ -215,13 +214,28 @@ jobsched dev is ready
   token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)
 
 Try, in another terminal in this directory:
-  eval "$(jobsched dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_INBOX_PREFIX
+  eval "$({me} dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_INBOX_PREFIX
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"taskId": "noop"}}' $URL/jobs
-  jobsched submit generate_report --param reportType=sales --param region=eu-west
-  jobsched list
+  {me} submit generate_report --param reportType=sales --param region=eu-west
+  {me} list
 (the CLI finds this server and its token in {data / DEV_FILE}; Ctrl-C stops)
 """
+
+
+def _self_command() -> str:
+    """How to run this very ``jobsched`` from a shell: ``jobsched`` when that is on PATH,
+    else its path (``.venv/bin/jobsched`` without an activated venv) or ``python -m``."""
+    me = Path(sys.argv[0]).resolve()
+    on_path = shutil.which("jobsched")
+    if on_path and Path(on_path).resolve() == me:
+        return "jobsched"
+    if me.name == "jobsched" and os.access(me, os.X_OK):
+        try:
+            return shlex.quote(str(me.relative_to(Path.cwd())))
+        except ValueError:
+            return shlex.quote(str(me))
+    return f"{shlex.quote(sys.executable)} -m jobsched"
 
 
 async def submit_demo_jobs(url: str, token: str) -> None:
@@ -435,318 +449,18 @@ def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | N
 # --- client commands -------------------------------------------------------------------------
 
 
-def _client_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option(
-        "--url",
-        envvar="JOBSCHED_URL",
-        default=None,
-        help="Gateway URL [env JOBSCHED_URL; default: the running `jobsched dev`].",
-    )(f)
-    f = click.option(
-        "--token",
-        envvar="JOBSCHED_TOKEN",
-        default=None,
-        help="Bearer token [env JOBSCHED_TOKEN; default: the running `jobsched dev`'s].",
-    )(f)
-    return f
-
-
-def _endpoint(url: str | None, tok: str | None) -> tuple[str, str]:
-    if url and tok:
-        return url, tok
-    dev_file = Path(os.environ.get("JOBSCHED_DATA_DIR", "./data")) / DEV_FILE
-    dev_info: dict[str, str] = {}
-    if dev_file.exists():
-        dev_info = json.loads(dev_file.read_text())
-    url = url or dev_info.get("url")
-    tok = tok or dev_info.get("token")
-    if not url or not tok:
-        raise click.ClickException(
-            "no gateway given: pass --url and --token (or JOBSCHED_URL / JOBSCHED_TOKEN), "
-            "or start `jobsched dev` in this directory"
-        )
-    return url, tok
-
-
-def _call(url: str | None, tok: str | None, fn: Callable[[JobschedClient], Awaitable[T]]) -> T:
-    base, bearer = _endpoint(url, tok)
-
-    async def go() -> T:
-        async with JobschedClient(base, bearer) as client:
-            return await fn(client)
-
-    try:
-        return asyncio.run(go())
-    except ApiError as e:
-        raise click.ClickException(str(e)) from None
-    except (OSError, TimeoutError) as e:
-        raise click.ClickException(f"cannot reach {base}: {e}") from None
-
-
-def _echo_json(obj: Any) -> None:
-    click.echo(json.dumps(msgspec.to_builtins(obj), indent=2))
-
-
-def _parse_param(values: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
+for _command in COMMANDS:
+    main.add_command(_command)
 
 
 @main.command()
-@click.argument("task_id")
-@click.option(
-    "--param",
-    "params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A parameter (VALUE is parsed as JSON when it can be). Repeatable.",
-)
-@click.option("--params-json", default=None, help="All parameters as one JSON object.")
-@click.option(
-    "--at", "execute_at", default=None, help="Run once at this RFC 3339 time (with offset)."
-)
-@click.option("--cron", default=None, help="Run on this cron expression.")
-@click.option("--timezone", "tz", default=None, help="IANA time zone of --cron [default: UTC].")
-@click.option("--every", type=float, default=None, help="Run every N seconds.")
-@click.option("--max-attempts", type=int, default=None)
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Run timeout in seconds.")
-@click.option("--queue", default=None)
-@click.option(
-    "--wait",
-    "wait_s",
-    type=float,
-    default=None,
-    help="Wait up to N seconds for a one-time job to finish.",
-)
-@_client_options
-def submit(
-    task_id: str,
-    params: tuple[str, ...],
-    params_json: str | None,
-    execute_at: str | None,
-    cron: str | None,
-    tz: str | None,
-    every: float | None,
-    max_attempts: int | None,
-    timeout_s: float | None,
-    queue: str | None,
-    wait_s: float | None,
-    url: str | None,
-    token: str | None,
-) -> None:
-    """Create a job running TASK_ID (immediately unless --at, --cron or --every)."""
-    if sum(x is not None for x in (execute_at, cron, every)) > 1:
-        raise click.UsageError("use at most one of --at, --cron, --every")
-    schedule: dict[str, Any] = {"type": "immediate"}
-    if execute_at:
-        schedule = {"type": "once", "executeAt": execute_at}
-    elif cron:
-        schedule = {"type": "cron", "expression": cron, **({"timezone": tz} if tz else {})}
-    elif every is not None:
-        schedule = {"type": "interval", "everySeconds": every}
-    parameters = json.loads(params_json) if params_json else {}
-    parameters.update(_parse_param(params))
-    body: dict[str, Any] = {"taskId": task_id, "schedule": schedule, "parameters": parameters}
-    for key, value in (
-        ("maxAttempts", max_attempts),
-        ("timeoutSeconds", timeout_s),
-        ("queue", queue),
-    ):
-        if value is not None:
-            body[key] = value
-
-    async def go(client: JobschedClient) -> Any:
-        job = await client.create_job(body)
-        if wait_s is not None:
-            job = await client.wait_for_status(job.id, {"SUCCEEDED", "FAILED"}, timeout_s=wait_s)
-        return job
-
-    _echo_json(_call(url, token, go))
-
-
-@main.command(name="list")
-@click.option(
-    "--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, PAUSED or CANCELLED."
-)
-@click.option(
-    "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
-)
-@click.option("--limit", type=int, default=20, show_default=True)
-@click.option("--cursor", default=None, help="nextCursor of a previous page.")
-@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON page.")
-@_client_options
-def list_(
-    status: str | None,
-    last_run_status: str | None,
-    limit: int,
-    cursor: str | None,
-    as_json: bool,
-    url: str | None,
-    token: str | None,
-) -> None:
-    """List your jobs, newest first."""
-    page = _call(
-        url,
-        token,
-        lambda c: c.list_jobs(
-            status=status, last_run_status=last_run_status, limit=limit, cursor=cursor
-        ),
-    )
-    if as_json:
-        _echo_json(page)
-        return
-    click.echo(f"{'ID':32}  {'TASK':16} {'SCHEDULE':9} {'STATUS':9} {'LAST RUN':9} NEXT RUN")
-    for j in page.items:
-        nxt = isoformat_z(j.next_run_at) if j.next_run_at else "-"
-        last = j.last_run_status or "-"
-        kind = type(j.schedule).__name__.removesuffix("Schedule").lower()
-        click.echo(f"{j.id:32}  {j.task_id:16} {kind:9} {j.status:9} {last:9} {nxt}")
-    if page.next_cursor:
-        click.echo(f"more: --cursor {page.next_cursor}")
-
-
-@main.command()
-@click.argument("job_id")
-@click.option("--executions", "-e", is_flag=True, help="Also list its runs, newest first.")
-@_client_options
-def get(job_id: str, executions: bool, url: str | None, token: str | None) -> None:
-    """Show one job (and its runs)."""
-
-    async def go(client: JobschedClient) -> Any:
-        job = await client.get_job(job_id)
-        if not executions:
-            return job
-        runs = await client.list_executions(job_id, limit=50)
-        return {"job": msgspec.to_builtins(job), "executions": msgspec.to_builtins(runs.items)}
-
-    _echo_json(_call(url, token, go))
-
-
-def _control(name: str, help_text: str) -> None:
-    @main.command(name=name, help=help_text)
-    @click.argument("job_id")
-    @_client_options
-    def command(job_id: str, url: str | None, token: str | None) -> None:
-        method = getattr(JobschedClient, f"{name}_job")
-        result = _call(url, token, lambda c: method(c, job_id))
-        if result is None:
-            click.echo(f"job {job_id} deleted")
-        else:
-            _echo_json(result)
-
-
-_control("pause", "Pause a job: no run starts until it is resumed.")
-_control("resume", "Resume a paused job from now (missed runs are not replayed).")
-_control("cancel", "Cancel a job: no further runs; a running run is cancelled.")
-_control("trigger", "Run a job once now, in addition to its schedule.")
-_control("delete", "Delete a job and its history (its runs are cancelled).")
-
-
-@main.command()
-@click.argument("expression")
-@click.option("--timezone", "tz", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--after", default=None, help="RFC 3339 instant [default: now].")
-@click.option("--count", type=int, default=10, show_default=True)
-@click.option("--gap", type=click.Choice(["shift", "skip"]), default="shift", show_default=True)
-@click.option("--fold", type=click.Choice(["once", "both"]), default="once", show_default=True)
-@_client_options
-def preview(
-    expression: str,
-    tz: str,
-    after: str | None,
-    count: int,
-    gap: str,
-    fold: str,
-    url: str | None,
-    token: str | None,
-) -> None:
-    """Print the next fire times of a cron EXPRESSION (UTC and local)."""
-    start = datetime.fromisoformat(after) if after else None
-    times = _call(
-        url,
-        token,
-        lambda c: c.preview(expression, timezone=tz, after=start, count=count, gap=gap, fold=fold),
-    )
-    zone = ZoneInfo(tz)
-    for t in times:
-        click.echo(f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')}  {t.astimezone(zone).isoformat()}")
-
-
-@main.command()
-@click.argument("job_id")
-@click.option("--count", type=int, default=10, show_default=True)
-@_client_options
-def upcoming(job_id: str, count: int, url: str | None, token: str | None) -> None:
-    """Print a job's next scheduled times (UTC)."""
-    for t in _call(url, token, lambda c: c.upcoming(job_id, count=count)):
-        click.echo(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-
-@main.command()
-@click.argument("job_id", required=False)
-@click.option("--since", type=int, default=None, help="Replay from after this event id.")
-@click.option("--count", type=int, default=None, help="Stop after this many events.")
-@_client_options
-def watch(
-    job_id: str | None, since: int | None, count: int | None, url: str | None, token: str | None
-) -> None:
-    """Follow live events of your jobs (or of JOB_ID); reconnects without losing any."""
-    base, bearer = _endpoint(url, token)
-
-    async def go() -> None:
-        seen, last = 0, since
-        async with JobschedClient(base, bearer) as client:
-            while count is None or seen < count:
-                try:
-                    async for event_id, event in client.watch(
-                        job_ids=[job_id] if job_id else None, last_event_id=last
-                    ):
-                        click.echo(_event_line(event_id, event))
-                        last, seen = event_id, seen + 1
-                        if count is not None and seen >= count:
-                            return
-                except WatchClosed as e:
-                    if e.code in (4000, 4001):
-                        raise click.ClickException(str(e)) from None
-                    click.echo(f"({e}; reconnecting from event {last})", err=True)
-                except aiohttp.ClientError as e:
-                    click.echo(f"(connection lost: {e}; reconnecting from event {last})", err=True)
-                await asyncio.sleep(1.0)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(go())
-
-
-def _event_line(event_id: int, event: Event) -> str:
-    at = event.at.strftime("%H:%M:%S.%f")[:-3]
-    if isinstance(event, JobEvent):
-        return f"{event_id:>8} {at} job {event.job_id} {event.event.upper()} -> {event.status}"
-    detail = f" attempt {event.attempt}" if event.attempt else ""
-    if event.error:
-        detail += f": {event.error}"
-    return f"{event_id:>8} {at} run {event.execution_id} {event.status}{detail}"
-
-
-@main.command()
-@_client_options
-def tasks(url: str | None, token: str | None) -> None:
-    """List the tasks the deployment can run."""
-    for t in _call(url, token, lambda c: c.tasks()):
-        props = ", ".join(
-            t["parameters"]
-            .get("$defs", {})
-            .get(next(iter(t["parameters"].get("$defs", {"x": {}}))), {})
-            .get("properties", {})
-        )
-        click.echo(f"{t['taskId']:16} {t['kind']:4} {t['description']}  params: {props or '-'}")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script (click's): `eval "$(jobsched completion bash)"`, e.g.
+    in ~/.bashrc; zsh and fish likewise."""
+    cls = get_completion_class(shell)
+    assert cls is not None  # the choices are click's own shells
+    click.echo(cls(main, {}, "jobsched", "_JOBSCHED_COMPLETE").source())
 
 
 if __name__ == "__main__":

@@ -64,6 +64,20 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {detail}")
 
 
+class WaitTimedOut(TimeoutError):
+    """:meth:`JobschedClient.wait_for_status` gave up.
+
+    Attributes:
+        job: the job as last seen (its status is not one of those waited for).
+        timeout_s: how long it waited (seconds).
+    """
+
+    def __init__(self, job: Job, timeout_s: float) -> None:
+        super().__init__(f"job {job.id} still {job.status} after {timeout_s:g} s")
+        self.job = job
+        self.timeout_s = timeout_s
+
+
 class WatchClosed(Exception):
     """The live-status WebSocket was closed by the server.
 
@@ -338,7 +352,7 @@ class JobschedClient:
         """Poll the job until its status is one of ``statuses``.
 
         Raises:
-            TimeoutError: after ``timeout_s`` seconds, naming the last status seen.
+            WaitTimedOut: after ``timeout_s`` seconds (a TimeoutError naming the last status).
         """
         job = await self.get_job(job_id)
         try:
@@ -347,9 +361,7 @@ class JobschedClient:
                     await asyncio.sleep(poll_s)
                     job = await self.get_job(job_id)
         except TimeoutError:
-            raise TimeoutError(
-                f"job {job_id} still {job.status} after {timeout_s} s (wanted {sorted(statuses)})"
-            ) from None
+            raise WaitTimedOut(job, timeout_s) from None
         return job
 
 

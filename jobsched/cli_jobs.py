@@ -1,0 +1,713 @@
+"""The ``jobsched`` commands that talk to the API: submit, patch, list, get, executions, the
+controls (pause, resume, cancel, trigger, delete), preview, upcoming, watch, tasks.
+
+Each finds the gateway and token in ``--url`` / ``--token`` (env ``JOBSCHED_URL`` /
+``JOBSCHED_TOKEN``) or in the running ``jobsched dev``'s ``dev.json``, and prints with
+``--output`` (``-o``) ``table`` (for people) or ``json`` (the API's JSON, for scripts). Exit
+status: 0 done; 1 the API refused (the problem's detail is printed), the gateway is unreachable,
+or ``submit --wait`` saw the run end FAILED or CANCELLED or did not see it end in time; 2 a usage
+error (click's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+import aiohttp
+import click
+import msgspec
+
+from core.model import Event, Execution, Job, JobEvent, MisfirePolicy, OverlapPolicy, Page
+from core.timeutil import isoformat_z
+from jobsched.client import ApiError, JobschedClient, WaitTimedOut, WatchClosed
+
+T = TypeVar("T")
+DEV_FILE = "dev.json"
+COMMANDS: list[click.Command] = []
+"""The commands of this module, in help order (``jobsched.cli`` adds them to its group)."""
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+"""The statuses a one-time job ends in."""
+
+
+def _command(**kwargs: Any) -> Callable[[Callable[..., Any]], click.Command]:
+    def register(f: Callable[..., Any]) -> click.Command:
+        command: click.Command = click.command(**kwargs)(f)
+        COMMANDS.append(command)
+        return command
+
+    return register
+
+
+# --- connection and output ------------------------------------------------------------------
+
+
+def _client_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--url",
+        envvar="JOBSCHED_URL",
+        default=None,
+        help="Gateway URL [env JOBSCHED_URL; default: the running `jobsched dev`].",
+    )(f)
+    f = click.option(
+        "--token",
+        envvar="JOBSCHED_TOKEN",
+        default=None,
+        help="Bearer token [env JOBSCHED_TOKEN; default: the running `jobsched dev`'s].",
+    )(f)
+    return f
+
+
+def _output_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["table", "json"]),
+        default=default,
+        show_default=True,
+        help="table: for people; json: the API's JSON, for scripts.",
+    )
+
+
+def endpoint(url: str | None, tok: str | None) -> tuple[str, str]:
+    """The gateway URL and bearer token: the options', else the running ``jobsched dev``'s.
+
+    Raises:
+        click.ClickException: neither is known.
+    """
+    if url and tok:
+        return url, tok
+    dev_file = Path(os.environ.get("JOBSCHED_DATA_DIR", "./data")) / DEV_FILE
+    dev_info: dict[str, str] = {}
+    if dev_file.exists():
+        dev_info = json.loads(dev_file.read_text())
+    url = url or dev_info.get("url")
+    tok = tok or dev_info.get("token")
+    if not url or not tok:
+        raise click.ClickException(
+            "no gateway given: pass --url and --token (or JOBSCHED_URL / JOBSCHED_TOKEN), "
+            "or start `jobsched dev` in this directory"
+        )
+    return url, tok
+
+
+def _call(url: str | None, tok: str | None, fn: Callable[[JobschedClient], Awaitable[T]]) -> T:
+    base, bearer = endpoint(url, tok)
+
+    async def go() -> T:
+        async with JobschedClient(base, bearer) as client:
+            return await fn(client)
+
+    try:
+        return asyncio.run(go())
+    except ApiError as e:
+        raise click.ClickException(str(e)) from None
+    except WaitTimedOut as e:
+        raise click.ClickException(str(e)) from None
+    except (OSError, TimeoutError, aiohttp.ClientError) as e:
+        raise click.ClickException(f"cannot reach {base}: {e}") from None
+
+
+def _echo_json(obj: Any) -> None:
+    click.echo(json.dumps(msgspec.to_builtins(obj), indent=2))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns as wide as their widest cell, two spaces apart (the last one not padded)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=True)]
+        click.echo("  ".join(cells).rstrip())
+
+
+def _when(t: datetime | None, now: datetime | None = None) -> str:
+    """An instant as UTC with a relative hint: ``2026-12-02T08:00:00Z (in 3h)``; ``-`` for None."""
+    if t is None:
+        return "-"
+    delta = (t - (now or datetime.now(UTC))).total_seconds()
+    return f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')} ({_relative(delta)})"
+
+
+def _relative(seconds: float) -> str:
+    magnitude = abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if magnitude >= size:
+            amount = f"{int(magnitude // size)}{unit}"
+            break
+    else:
+        amount = f"{int(magnitude)}s"
+    return f"in {amount}" if seconds >= 0 else f"{amount} ago"
+
+
+def _schedule_words(job: Job) -> str:
+    s = msgspec.to_builtins(job.schedule)
+    match s.get("type"):
+        case "cron":
+            return f"cron {s['expression']} {s.get('timezone', 'UTC')}"
+        case "interval":
+            return f"every {s['everySeconds']:g}s"
+        case "once":
+            return f"once {s['executeAt']}"
+        case _:
+            return "immediate"
+
+
+def _show_job(job: Job, output: str) -> None:
+    if output == "json":
+        _echo_json(job)
+        return
+    spec = msgspec.to_builtins(job)
+    rows = [
+        ("id", job.id),
+        ("task", job.task_id),
+        ("schedule", _schedule_words(job)),
+        ("status", job.status),
+        ("next run", _when(job.next_run_at)),
+        ("last run", f"{_when(job.last_run_at)} {job.last_run_status or ''}".rstrip()),
+        ("runs", str(job.run_count)),
+        ("parameters", json.dumps(spec.get("parameters", {}))),
+        ("queue", job.queue),
+        ("attempts", str(job.max_attempts)),
+        ("timeout", f"{job.timeout_seconds:g}s"),
+        ("misfire", f"{job.misfire_policy} (grace {job.misfire_grace_seconds:g}s)"),
+        ("overlap", str(job.overlap_policy)),
+    ]
+    _table(("FIELD", "VALUE"), rows)
+
+
+def _show_runs(page: Page[Execution], output: str) -> None:
+    if output == "json":
+        _echo_json(page)
+        return
+    rows = [
+        (
+            e.id,
+            e.status,
+            f"{e.attempt}/{e.max_attempts}",
+            str(e.trigger),
+            _when(e.scheduled_for),
+            e.worker_id or "-",
+            (e.error or "")[:60],
+        )
+        for e in page.items
+    ]
+    _table(("EXECUTION", "STATUS", "ATTEMPT", "TRIGGER", "SCHEDULED FOR", "WORKER", "ERROR"), rows)
+    _more(page)
+
+
+def _more(page: Page[Any]) -> None:
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+# --- job bodies -----------------------------------------------------------------------------
+
+
+def _parse_param(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--at", "execute_at", default=None, help="Once at this RFC 3339 time (with offset)."
+            ),
+            click.option("--cron", default=None, help="On this cron expression."),
+            click.option(
+                "--timezone", "tz", default=None, help="IANA time zone of --cron [default: UTC]."
+            ),
+            click.option(
+                "--gap",
+                type=click.Choice(["shift", "skip"]),
+                default=None,
+                help="--cron: a time in a DST gap runs when the gap ends, or not at all.",
+            ),
+            click.option(
+                "--fold",
+                type=click.Choice(["once", "both"]),
+                default=None,
+                help="--cron: a time a DST fold repeats runs once (the first) or twice.",
+            ),
+            click.option("--every", type=float, default=None, help="Every N seconds."),
+            click.option(
+                "--start-at", default=None, help="--cron/--every: not before this RFC 3339 time."
+            ),
+            click.option(
+                "--end-at", default=None, help="--cron/--every: not after this RFC 3339 time."
+            ),
+            click.option(
+                "--jitter",
+                "jitter_s",
+                type=float,
+                default=None,
+                help="--cron/--every: delay each run by a random 0..N seconds.",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--param",
+                "params",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="A parameter (VALUE is parsed as JSON when it can be). Repeatable.",
+            ),
+            click.option("--params-json", default=None, help="All parameters as one JSON object."),
+            click.option("--max-attempts", type=int, default=None),
+            click.option(
+                "--timeout", "timeout_s", type=float, default=None, help="Run timeout in seconds."
+            ),
+            click.option("--queue", default=None),
+            click.option(
+                "--misfire-policy",
+                type=click.Choice([p.value for p in MisfirePolicy]),
+                default=None,
+                help="What a late recurring job does with the occurrences it missed.",
+            ),
+            click.option(
+                "--misfire-grace",
+                "misfire_grace_s",
+                type=float,
+                default=None,
+                help="Seconds late an occurrence may still start as scheduled.",
+            ),
+            click.option(
+                "--overlap-policy",
+                type=click.Choice([p.value for p in OverlapPolicy]),
+                default=None,
+                help="What a recurring job does when its previous run is still active.",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _schedule(
+    execute_at: str | None,
+    cron: str | None,
+    tz: str | None,
+    gap: str | None,
+    fold: str | None,
+    every: float | None,
+    start_at: str | None,
+    end_at: str | None,
+    jitter_s: float | None,
+) -> dict[str, Any] | None:
+    """The schedule the options give (None: no schedule option at all).
+
+    Raises:
+        click.UsageError: options that do not go together.
+    """
+    if sum(x is not None for x in (execute_at, cron, every)) > 1:
+        raise click.UsageError("use at most one of --at, --cron, --every")
+    if (tz or gap or fold) and not cron:
+        raise click.UsageError("--timezone, --gap and --fold go with --cron")
+    window = {"startAt": start_at, "endAt": end_at, "jitterSeconds": jitter_s}
+    window = {k: v for k, v in window.items() if v is not None}
+    if window and not (cron or every is not None):
+        raise click.UsageError("--start-at, --end-at and --jitter go with --cron or --every")
+    if execute_at:
+        return {"type": "once", "executeAt": execute_at}
+    if cron:
+        options = {"timezone": tz, "gap": gap, "fold": fold}
+        schedule = {"type": "cron", "expression": cron}
+        return schedule | {k: v for k, v in options.items() if v is not None} | window
+    if every is not None:
+        return {"type": "interval", "everySeconds": every} | window
+    return None
+
+
+def _spec(
+    params: tuple[str, ...],
+    params_json: str | None,
+    max_attempts: int | None,
+    timeout_s: float | None,
+    queue: str | None,
+    misfire_policy: str | None,
+    misfire_grace_s: float | None,
+    overlap_policy: str | None,
+) -> dict[str, Any]:
+    """The job options the options give, as API fields (absent ones left out)."""
+    body: dict[str, Any] = {}
+    if params_json or params:
+        try:
+            parameters = json.loads(params_json) if params_json else {}
+        except json.JSONDecodeError as e:
+            raise click.BadParameter(str(e), param_hint="--params-json") from None
+        if not isinstance(parameters, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--params-json")
+        body["parameters"] = parameters | _parse_param(params)
+    for key, value in (
+        ("maxAttempts", max_attempts),
+        ("timeoutSeconds", timeout_s),
+        ("queue", queue),
+        ("misfirePolicy", misfire_policy),
+        ("misfireGraceSeconds", misfire_grace_s),
+        ("overlapPolicy", overlap_policy),
+    ):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@_command()
+@click.argument("task_id")
+@_spec_options
+@_schedule_options
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Create the job at most once for this key: a retry returns the same job.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=None,
+    help="Wait up to N seconds for a one-time job to end; exit 1 unless it SUCCEEDED.",
+)
+@_output_option("json")
+@_client_options
+def submit(
+    task_id: str,
+    idempotency_key: str | None,
+    wait_s: float | None,
+    output: str,
+    url: str | None,
+    token: str | None,
+    **options: Any,
+) -> None:
+    """Create a job running TASK_ID (immediately unless --at, --cron or --every)."""
+    schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
+    body: dict[str, Any] = {"taskId": task_id, **_spec(*(options.pop(k) for k in _SPEC_KEYS))}
+    if schedule is not None:
+        body["schedule"] = schedule
+    if wait_s is not None and schedule is not None and schedule["type"] in ("cron", "interval"):
+        raise click.UsageError("--wait is for one-time jobs; a recurring job does not end")
+
+    async def go(client: JobschedClient) -> Job:
+        if idempotency_key:
+            job, _ = await client.create_job_idempotent(body, idempotency_key)
+        else:
+            job = await client.create_job(body)
+        if wait_s is not None:
+            job = await client.wait_for_status(job.id, TERMINAL, timeout_s=wait_s)
+        return job
+
+    job = _call(url, token, go)
+    _show_job(job, output)
+    if wait_s is not None and job.status != "SUCCEEDED":
+        raise click.ClickException(f"job {job.id} ended {job.status}")
+
+
+_SCHEDULE_KEYS = (
+    "execute_at",
+    "cron",
+    "tz",
+    "gap",
+    "fold",
+    "every",
+    "start_at",
+    "end_at",
+    "jitter_s",
+)
+_SPEC_KEYS = (
+    "params",
+    "params_json",
+    "max_attempts",
+    "timeout_s",
+    "queue",
+    "misfire_policy",
+    "misfire_grace_s",
+    "overlap_policy",
+)
+
+
+@_command()
+@click.argument("job_id")
+@_spec_options
+@_schedule_options
+@_output_option("json")
+@_client_options
+def patch(job_id: str, output: str, url: str | None, token: str | None, **options: Any) -> None:
+    """Change a job's schedule, parameters or options; the rest stays as it is.
+
+    --param KEY=VALUE changes one parameter and keeps the others; --params-json replaces them
+    all (--param then applies on top). A new schedule computes the next run from now.
+    """
+    merge = options["params"] and not options["params_json"]
+    schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
+    body = _spec(*(options.pop(k) for k in _SPEC_KEYS))
+    if schedule is not None:
+        body["schedule"] = schedule
+    if not body:
+        raise click.UsageError("nothing to change: give at least one option (see --help)")
+
+    async def go(client: JobschedClient) -> Job:
+        if merge:
+            current = await client.get_job(job_id)
+            body["parameters"] = current.parameters | body["parameters"]
+        return await client.patch_job(job_id, body)
+
+    _show_job(_call(url, token, go), output)
+
+
+@_command(name="list")
+@click.option(
+    "--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, PAUSED or CANCELLED."
+)
+@click.option(
+    "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
+)
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--cursor", default=None, help="nextCursor of a previous page.")
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --output json.")
+@_output_option("table")
+@_client_options
+def list_(
+    status: str | None,
+    last_run_status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+    output: str,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """List your jobs, newest first."""
+    page = _call(
+        url,
+        token,
+        lambda c: c.list_jobs(
+            status=status, last_run_status=last_run_status, limit=limit, cursor=cursor
+        ),
+    )
+    if as_json or output == "json":
+        _echo_json(page)
+        return
+    now = datetime.now(UTC)
+    rows = [
+        (
+            j.id,
+            j.task_id,
+            _schedule_words(j),
+            j.status,
+            _when(j.last_run_at, now),
+            j.last_run_status or "-",
+            _when(j.next_run_at, now),
+        )
+        for j in page.items
+    ]
+    _table(("ID", "TASK", "SCHEDULE", "STATUS", "LAST RUN", "LAST STATUS", "NEXT RUN"), rows)
+    _more(page)
+
+
+@_command()
+@click.argument("job_id")
+@click.option("--executions", "-e", is_flag=True, help="Also list its latest 50 runs.")
+@_output_option("json")
+@_client_options
+def get(job_id: str, executions: bool, output: str, url: str | None, token: str | None) -> None:
+    """Show one job (and its runs)."""
+
+    async def go(client: JobschedClient) -> tuple[Job, Page[Execution] | None]:
+        job = await client.get_job(job_id)
+        return job, await client.list_executions(job_id, limit=50) if executions else None
+
+    job, runs = _call(url, token, go)
+    if output == "json" and runs is not None:
+        _echo_json({"job": msgspec.to_builtins(job), "executions": msgspec.to_builtins(runs.items)})
+        return
+    _show_job(job, output)
+    if runs is not None:
+        click.echo()
+        _show_runs(runs, output)
+
+
+@_command()
+@click.argument("job_id")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--cursor", default=None, help="nextCursor of a previous page.")
+@_output_option("table")
+@_client_options
+def executions(
+    job_id: str, limit: int, cursor: str | None, output: str, url: str | None, token: str | None
+) -> None:
+    """List a job's runs (executions), newest first, a page at a time."""
+    page = _call(url, token, lambda c: c.list_executions(job_id, limit=limit, cursor=cursor))
+    _show_runs(page, output)
+
+
+def _control(name: str, help_text: str) -> None:
+    @_command(name=name, help=help_text)
+    @click.argument("job_id")
+    @_output_option("json")
+    @_client_options
+    def command(job_id: str, output: str, url: str | None, token: str | None) -> None:
+        method = getattr(JobschedClient, f"{name}_job")
+        result = _call(url, token, lambda c: method(c, job_id))
+        if result is None:
+            click.echo(f"job {job_id} deleted")
+        elif isinstance(result, Job):
+            _show_job(result, output)
+        elif output == "json":
+            _echo_json(result)
+        else:
+            _show_runs(Page(items=[result]), output)
+
+
+_control("pause", "Pause a job: no run starts until it is resumed.")
+_control("resume", "Resume a paused job from now (missed runs are not replayed).")
+_control("cancel", "Cancel a job: no further runs; a running run is cancelled.")
+_control("trigger", "Run a job once now, in addition to its schedule.")
+_control("delete", "Delete a job and its history (its runs are cancelled).")
+
+
+@_command()
+@click.argument("expression")
+@click.option("--timezone", "tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--after", default=None, help="RFC 3339 instant [default: now].")
+@click.option("--count", type=int, default=10, show_default=True)
+@click.option("--gap", type=click.Choice(["shift", "skip"]), default="shift", show_default=True)
+@click.option("--fold", type=click.Choice(["once", "both"]), default="once", show_default=True)
+@_output_option("table")
+@_client_options
+def preview(
+    expression: str,
+    tz: str,
+    after: str | None,
+    count: int,
+    gap: str,
+    fold: str,
+    output: str,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Print the next fire times of a cron EXPRESSION (UTC and local)."""
+    start = datetime.fromisoformat(after) if after else None
+    times = _call(
+        url,
+        token,
+        lambda c: c.preview(expression, timezone=tz, after=start, count=count, gap=gap, fold=fold),
+    )
+    if output == "json":
+        _echo_json({"fireTimes": [isoformat_z(t) for t in times]})
+        return
+    zone = ZoneInfo(tz)
+    for t in times:
+        click.echo(f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')}  {t.astimezone(zone).isoformat()}")
+
+
+@_command()
+@click.argument("job_id")
+@click.option("--count", type=int, default=10, show_default=True)
+@_output_option("table")
+@_client_options
+def upcoming(job_id: str, count: int, output: str, url: str | None, token: str | None) -> None:
+    """Print a job's next scheduled times (UTC)."""
+    times = _call(url, token, lambda c: c.upcoming(job_id, count=count))
+    if output == "json":
+        _echo_json({"fireTimes": [isoformat_z(t) for t in times]})
+        return
+    for t in times:
+        click.echo(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+@_command()
+@click.argument("job_id", required=False)
+@click.option("--since", type=int, default=None, help="Replay from after this event id.")
+@click.option("--count", type=int, default=None, help="Stop after this many events.")
+@_output_option("table")
+@_client_options
+def watch(
+    job_id: str | None,
+    since: int | None,
+    count: int | None,
+    output: str,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Follow live events of your jobs (or of JOB_ID); reconnects without losing any.
+    With -o json, one JSON object per line: {"id": …, "event": …}."""
+    base, bearer = endpoint(url, token)
+
+    async def go() -> None:
+        seen, last = 0, since
+        async with JobschedClient(base, bearer) as client:
+            while count is None or seen < count:
+                try:
+                    async for event_id, event in client.watch(
+                        job_ids=[job_id] if job_id else None, last_event_id=last
+                    ):
+                        click.echo(_event_line(event_id, event, output))
+                        last, seen = event_id, seen + 1
+                        if count is not None and seen >= count:
+                            return
+                except WatchClosed as e:
+                    if e.code in (4000, 4001):
+                        raise click.ClickException(str(e)) from None
+                    click.echo(f"({e}; reconnecting from event {last})", err=True)
+                except aiohttp.ClientError as e:
+                    click.echo(f"(connection lost: {e}; reconnecting from event {last})", err=True)
+                await asyncio.sleep(1.0)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(go())
+
+
+def _event_line(event_id: int, event: Event, output: str = "table") -> str:
+    if output == "json":
+        return json.dumps({"id": event_id, "event": msgspec.to_builtins(event)})
+    at = event.at.strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(event, JobEvent):
+        return f"{event_id:>8} {at} job {event.job_id} {event.event.upper()} -> {event.status}"
+    detail = f" attempt {event.attempt}" if event.attempt else ""
+    if event.error:
+        detail += f": {event.error}"
+    return f"{event_id:>8} {at} run {event.execution_id} {event.status}{detail}"
+
+
+@_command()
+@_output_option("table")
+@_client_options
+def tasks(output: str, url: str | None, token: str | None) -> None:
+    """List the tasks the deployment can run."""
+    items = _call(url, token, lambda c: c.tasks())
+    if output == "json":
+        _echo_json({"items": items})
+        return
+    rows = []
+    for t in items:
+        schema = t["parameters"]
+        defs: dict[str, dict[str, Any]] = schema.get("$defs", {})
+        props = defs.get(schema.get("$ref", "").rsplit("/", 1)[-1], schema).get("properties", {})
+        rows.append((t["taskId"], t["kind"], ", ".join(props) or "-", t["description"]))
+    _table(("TASK", "KIND", "PARAMETERS", "DESCRIPTION"), rows)
