@@ -18,11 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.health import Check, healthz, readyz_handler
@@ -78,6 +86,47 @@ LEASE_LOSS_REASONS = ("fenced", "taken")
 DEAD_LETTER_REASONS = ("undecodable", "rejected")
 """Values of the ``reason`` label of ``jobsched_dead_letters_total``."""
 
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Buckets of HTTP request durations (seconds): 1 ms to 10 s."""
+
+ROLE_METRICS: dict[str, tuple[str, ...]] = {
+    "scheduler": (
+        "schedule_to_publish",
+        "dispatched_runs",
+        "redispatched_runs",
+        "skipped_runs",
+        "held_runs",
+        "heap_size",
+        "owned_partitions",
+        "lease_losses",
+        "queue_depth",
+        "pruned_runs",
+        "prune_backlog",
+    ),
+    "recorder": ("events_recorded", "store_write_failures", "dead_letters"),
+    "worker": (
+        "schedule_to_start",
+        "run_duration",
+        "runs",
+        "retries",
+        "redeliveries",
+        "queue_depth",
+    ),
+    "gateway": (
+        "ws_connections",
+        "ws_catching_up",
+        "ws_replayed_events",
+        "ws_slow_consumers",
+        "http_request_duration",
+        "http_active_requests",
+    ),
+}
+"""Which :class:`Metrics` attributes a process exports, by the roles it runs (the pruner runs
+with the scheduler). Every process also exports ``jobsched_nats_disconnects_total`` and the
+client library's ``process_*`` and ``python_*`` collectors. A metric of a role the process does
+not run exists (its actor may still observe into it) but is not exported, so that an alert on,
+say, ``jobsched_owned_partitions == 0`` never fires on a worker."""
+
 UNKNOWN_TASK = "unknown"
 """``task`` label of runs whose task is not in the worker's catalog (or undecodable messages)."""
 
@@ -97,8 +146,16 @@ class TaskMetrics:
 class Metrics:
     """Every jobsched metric, on a registry of its own (one instance per process).
 
+    Args:
+        roles: the roles of the process (keys of :data:`ROLE_METRICS`): only their metrics
+            are exported. None: every role (a process running everything, tests).
+
+    Raises:
+        ValueError: an unknown role.
+
     Attributes:
-        registry: the registry to expose (``generate_latest(metrics.registry)``).
+        registry: the registry to expose (``generate_latest(metrics.registry)``): the metrics of
+            :attr:`roles`, ``jobsched_nats_disconnects_total``, ``process_*`` and ``python_*``.
         schedule_to_publish: histogram, seconds from a run's scheduled time until JetStream
             acknowledged its message (scheduler).
         dispatched_runs / redispatched_runs: counters of runs published for the first time, and
@@ -120,10 +177,17 @@ class Metrics:
         pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
             it (the pruner).
         dead_letters: counter of status events the recorder set aside, by ``reason``.
+        http_request_duration / http_active_requests: the gateway's HTTP server metrics
+            (OpenTelemetry semantic conventions, in Prometheus naming).
     """
 
-    def __init__(self) -> None:
-        self.registry = registry = CollectorRegistry()
+    def __init__(self, roles: Collection[str] | None = None) -> None:
+        unknown = set(roles or ()) - set(ROLE_METRICS)
+        if unknown:
+            raise ValueError(f"unknown roles {sorted(unknown)}; known: {sorted(ROLE_METRICS)}")
+        self.roles = frozenset(ROLE_METRICS if roles is None else roles)
+        self.registry = CollectorRegistry()
+        registry = None  # each family is registered below if a role of this process has it
         self.schedule_to_publish = Histogram(
             "jobsched_schedule_to_publish_seconds",
             "Seconds from a run's scheduled time until JetStream acknowledged its message "
@@ -275,6 +339,28 @@ class Metrics:
             self.dead_letters.labels(reason=reason)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
+        self.http_request_duration = Histogram(
+            "http_server_request_duration_seconds",
+            "Seconds the gateway took to answer an HTTP request, by method, route template and "
+            "status code (OpenTelemetry's http.server.request.duration; /ws until the upgrade).",
+            ["http_request_method", "http_route", "http_response_status_code"],
+            buckets=HTTP_BUCKETS,
+            registry=registry,
+        )
+        self.http_active_requests = Gauge(
+            "http_server_active_requests",
+            "HTTP requests the gateway is answering now, by method (count; OpenTelemetry's "
+            "http.server.active_requests).",
+            ["http_request_method"],
+            registry=registry,
+        )
+        exported = {name for role in self.roles for name in ROLE_METRICS[role]}
+        for name in sorted(exported):
+            self.registry.register(getattr(self, name))
+        self.registry.register(self.nats_disconnects)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     def task(self, task_id: str) -> TaskMetrics:
         """The series of ``task_id``, created at zero on first use. Call it with catalog task

@@ -47,6 +47,7 @@ from core.ports import JobQuery, JobStore
 from core.quotas import Quotas
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import principal_from_authorization
+from gateway.http_metrics import http_metrics_middleware
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
@@ -128,7 +129,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def create_app(deps: GatewayDeps) -> web.Application:
     """The gateway application. The store and bus are opened and closed by the caller."""
     app = web.Application(
-        middlewares=[problem_middleware, auth_middleware],
+        middlewares=[
+            *([http_metrics_middleware(deps.metrics)] if deps.metrics else []),
+            problem_middleware,
+            auth_middleware,
+        ],
         client_max_size=deps.config.max_body_bytes,
     )
     app[DEPS] = deps

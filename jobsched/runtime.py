@@ -421,6 +421,17 @@ class Roles:
     def runs_recorder(self) -> bool:
         return self.scheduler if self.recorder is None else self.recorder
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The roles by name (``gateway``, ``scheduler``, ``recorder``, ``worker``)."""
+        on = {
+            "gateway": self.gateway,
+            "scheduler": self.scheduler,
+            "recorder": self.runs_recorder,
+            "worker": self.worker,
+        }
+        return frozenset(name for name, yes in on.items() if yes)
+
 
 def retention_config(settings: Settings) -> RetentionConfig:
     return RetentionConfig(
@@ -592,7 +603,7 @@ async def serve(
     the gateway, by a :class:`MetricsServer` on ``settings.metrics_port`` (0: none).
     """
     clock = clock or SystemClock()
-    metrics = Metrics()
+    metrics = Metrics(roles.names)
     catalog = load_catalog(settings.tasks) if roles.gateway or roles.worker else None
     secret = auth_secret(settings, create_in=secret_dir) if roles.gateway else ""
     issuer = callout_issuer(settings, roles)

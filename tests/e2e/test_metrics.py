@@ -6,6 +6,8 @@ Every wait is on a condition (a status event, or the scraped values themselves) 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +36,10 @@ from tests.support import (
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 ALLOWED_LABELS = {"task", "queue", "status", "reason", "connection", "le"}
+HTTP_LABELS = {"http_request_method", "http_route", "http_response_status_code", "le"}
+LIBRARY_PREFIXES = ("process_", "python_", "http_server_")
+"""Families that are not jobsched's own: the client library's collectors, and the HTTP server
+metrics named as OpenTelemetry's conventions."""
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -47,6 +53,27 @@ def parse(text: str) -> Samples:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def check_with_promtool(text: str) -> None:
+    """``promtool check metrics`` (Prometheus's own linter) passes on ``text``."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("no promtool (Debian package prometheus; .ci/run installs it)")
+    proc = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=text.encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+
+
+async def scrape_text(url: str) -> str:
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.text()
 
 
 async def scrape(url: str) -> tuple[Samples, str]:
@@ -84,7 +111,7 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.redeliveries.labels(queue="default").inc()
     metrics.nats_disconnected("scheduler")()
 
-    families = list(metrics.registry.collect())
+    families = [f for f in metrics.registry.collect() if not f.name.startswith(LIBRARY_PREFIXES)]
     assert len(families) == 24
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
@@ -93,6 +120,39 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
             assert family.name.endswith("_seconds") and "Seconds" in family.documentation
         for sample in family.samples:
             assert set(sample.labels) <= ALLOWED_LABELS, sample
+
+
+def _names(metrics: Metrics) -> set[str]:
+    return {family.name for family in metrics.registry.collect()}
+
+
+def test_a_process_exports_the_metrics_of_its_roles_only() -> None:
+    worker, scheduler = _names(Metrics({"worker"})), _names(Metrics({"scheduler", "recorder"}))
+    gateway, everything = _names(Metrics({"gateway"})), _names(Metrics())
+
+    assert "jobsched_runs" in worker and "jobsched_owned_partitions" not in worker
+    assert "jobsched_owned_partitions" in scheduler and "jobsched_runs" not in scheduler
+    assert "jobsched_events_recorded" in scheduler and "jobsched_ws_connections" not in scheduler
+    assert {"http_server_request_duration_seconds", "jobsched_ws_connections"} <= gateway
+    assert "jobsched_queue_depth" in worker & scheduler  # both refresh it
+    assert worker | scheduler | gateway == everything
+    for names in (worker, scheduler, gateway):
+        assert "jobsched_nats_disconnects" in names
+        assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= names
+        assert not any(n.startswith("http_server_") for n in names - gateway)
+    with pytest.raises(ValueError, match="unknown roles"):
+        Metrics({"mystery"})
+
+
+def test_http_metric_labels_are_bounded() -> None:
+    metrics = Metrics({"gateway"})
+    metrics.http_request_duration.labels(
+        http_request_method="GET", http_route="/jobs/{job_id}", http_response_status_code="200"
+    ).observe(0.01)
+    for family in metrics.registry.collect():
+        if family.name.startswith("http_server_"):
+            for sample in family.samples:
+                assert set(sample.labels) <= HTTP_LABELS, sample
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:
@@ -151,7 +211,38 @@ async def test_gateway_metrics_count_runs_retries_and_delays(
             what="the fail run's success, 12 recorded events, every partition owned",
         )
         _, content_type = await scrape(url)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{stack.url}/no/such/path/42") as resp:
+                assert resp.status in (401, 404)
+            async with session.get(
+                f"{stack.url}/jobs/{fail.id}",
+                headers={"Authorization": f"Bearer {stack.token('alice')}"},
+            ) as resp:
+                assert resp.status == 200
+        text = await scrape_text(url)
+        s = parse(text)
 
+    check_with_promtool(text)
+    http = "http_server_request_duration_seconds_count"
+    assert (
+        value(
+            s, http, http_request_method="POST", http_route="/jobs", http_response_status_code="201"
+        )
+        == 4
+    )
+    assert (
+        value(
+            s,
+            http,
+            http_request_method="GET",
+            http_route="/jobs/{job_id}",
+            http_response_status_code="200",
+        )
+        >= 1
+    )
+    unmatched = [k for k in s if k[0] == http and ("http_route", "unmatched") in k[1]]
+    assert len(unmatched) == 1 and not any("42" in v for _, v in unmatched[0][1])
+    assert value(s, "http_server_active_requests", http_request_method="GET") == 1  # this scrape
     assert content_type == CONTENT_TYPE_LATEST
     assert value(s, "jobsched_runs_total", task="noop", status="succeeded") == 3
     assert value(s, "jobsched_runs_total", task="noop", status="failed") == 0
@@ -311,6 +402,8 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
                 lambda s: value(s, "jobsched_dispatched_runs_total") == 2,
                 what="two dispatched runs on the gateway's /metrics",
             )
+            worker_text = await scrape_text(worker_url)
+            gateway_text = await scrape_text(f"{stack.url}/metrics")
             assert child.terminate() == 0, child.output()
         finally:
             child.close()
@@ -324,3 +417,9 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
     assert value(gateway, "jobsched_schedule_to_publish_seconds_count") == 2
     assert value(gateway, "jobsched_owned_partitions") == settings.partitions
     assert not any(name == "jobsched_runs_total" for name, _ in gateway)
+    assert not any(
+        name.startswith(("jobsched_owned", "jobsched_ws_", "http_")) for name, _ in worker
+    )
+    assert value(worker, "process_cpu_seconds_total") > 0
+    check_with_promtool(worker_text)
+    check_with_promtool(gateway_text)
