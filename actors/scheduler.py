@@ -24,45 +24,40 @@ its ``nextRunAt`` stays where it is, and it is planned again when its owner's bu
 refilled enough. A job held past its misfire grace then follows its misfire policy like a job
 that was due while no scheduler ran, and its misfire record names the quota. No occurrence is
 dropped without a record; other users' runs are never delayed by one user's.
+
+The decisions and the state between steps live in :class:`core.scheduling.Scheduling`, a state
+machine without I/O; this actor is its shell: it performs the store and bus calls, feeds their
+results to it, and sleeps until the time it names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import msgspec
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership, StaticOwnership
 from core.clock import Clock, SystemClock
-from core.dispatch import JobPlan, due_at, plan_job
 from core.errors import BusUnavailable, StoreRejected, StoreUnavailable
-from core.heap import FireHeap, TimedQueue
-from core.ids import execution_id
 from core.model import (
-    ACTIVE_EXECUTION_STATUSES,
     Event,
     Execution,
     ExecutionStatus,
     Job,
     JobNotice,
-    JobStatus,
-    OverlapPolicy,
     RunMessage,
     RunsFinished,
-    RunTrigger,
     StatusEvent,
 )
 from core.ports import CancelSignals, Dispatch, DispatchOutcome, JobStore, SchedulerBus
-from core.quotas import Quotas, TokenRequest, runs_key
+from core.quotas import Quotas
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
-from core.runs import recorded_event, run_event, run_message
-from core.timeutil import to_epoch_ms
+from core.scheduling import Decided, Scheduling, previous_lookups, stream_checks
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +103,9 @@ class SchedulerConfig:
 class Scheduler:
     """Dispatches due runs of the partitions it owns (see module docstring).
 
+    Its state is :attr:`state` (:class:`core.scheduling.Scheduling`); it keeps only its
+    dependencies, the events its loops sleep on, and a counter of the runs it published.
+
     Args:
         store: the job store (source of truth).
         bus: the work queue, notices and the recorders' progress (NATS: :class:`bus.nats.Bus`).
@@ -148,24 +146,25 @@ class Scheduler:
         self.name = f"scheduler[{scheduler_id}]"
         self.ownership = ownership or StaticOwnership(frozenset(range(config.partitions)))
         self.ready = asyncio.Event()
-        self.heap = FireHeap()
+        self.state = Scheduling(
+            clock.now(),
+            scheduler_id=scheduler_id,
+            lookahead_s=self.config.lookahead_s,
+            scan_interval_s=self.config.scan_interval_s,
+            prepare_ahead_s=self.config.prepare_ahead_s,
+            batch=self.config.batch,
+            heap_limit=self.config.heap_limit,
+            duplicate_window_s=self.config.duplicate_window_s,
+            redispatch_after_s=self.config.redispatch_after_s,
+            quotas=self.config.quotas,
+            name=self.name,
+        )
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._window_end = clock.now()
-        self._next_scan = clock.now()
-        self._taken: frozenset[int] = frozenset()
-        self._unpublished: dict[str, RunMessage] = {}
-        self._strikes: dict[str, int] = {}
-        self._waiting: dict[str, str] = {}
-        self._over_quota: dict[str, int] = {}  # job id -> partition: held by the runs quota
-        self._owners_over_quota: set[str] = set()
-        self.at_due = FireHeap()
-        self.prepared: TimedQueue[RunMessage] = TimedQueue()
         self._prepared_changed = asyncio.Event()
         self.cancel_markers = markers
         self.dispatched = 0
         self.metrics = metrics or Metrics()
-        self._rejected: set[str] = set()
 
     @property
     def owned(self) -> frozenset[int]:
@@ -214,7 +213,7 @@ class Scheduler:
             async with asyncio.timeout(limit):
                 await asyncio.shield(publisher)
         except TimeoutError:
-            left = len(self.prepared) + len(self._unpublished)
+            left = len(self.state.prepared) + len(self.state.unpublished)
             log.warning(
                 "%s: %d prepared run(s) not published within %.1f s of stopping; the next "
                 "owner of their partitions publishes them",
@@ -238,9 +237,9 @@ class Scheduler:
                 await backoff.wait(self.name, e, level=logging.ERROR)
                 continue
             finally:
-                heap_size.set(len(self.heap))
+                heap_size.set(len(self.state.heap))
                 owned_partitions.set(len(self.owned))
-            await self.clock.sleep_until(self._next_deadline(), self._wake)
+            await self.clock.sleep_until(self.state.next_deadline(), self._wake)
             self._wake.clear()
 
     async def _publisher(self) -> None:
@@ -251,65 +250,48 @@ class Scheduler:
         slow store write never delays a run that is already due.
         """
         # not cut short by stop(): a stopping scheduler still publishes what it prepared
+        state = self.state
         backoff = Backoff(RETRY, self.clock, log=log)
-        while not self._stopping.is_set() or self.prepared or self._unpublished:
+        while not self._stopping.is_set() or state.pending:
             raise_if_cancelling()
             try:
-                if self._unpublished:
-                    await self._publish(list(self._unpublished.values()))
-                await self._publish(self.prepared.pop_due(self.clock.now()))
+                if state.unpublished:
+                    await self._publish(list(state.unpublished.values()))
+                await self._publish(state.due_runs(self.clock.now()))
                 backoff.reset()
             except BusUnavailable as e:
                 await backoff.wait(self.name, e)
                 continue
-            if self._stopping.is_set() and not self.prepared and not self._unpublished:
+            if self._stopping.is_set() and not state.pending:
                 return
-            deadline = self.prepared.peek() or self.clock.now() + timedelta(hours=1)
-            if self._unpublished:  # a publish failed: retry after the delay, not at once
+            if state.unpublished:  # a publish failed: retry after the delay, not at once
                 self._prepared_changed.clear()
-                retry_at = self.clock.now() + timedelta(seconds=RETRY.delay_s(1))
-                deadline = min(deadline, retry_at)
+            deadline = state.publish_deadline(self.clock.now(), RETRY.delay_s(1))
             await self.clock.sleep_until(deadline, self._prepared_changed)
             self._prepared_changed.clear()
 
     def _gained(self, partitions: frozenset[int]) -> None:
         """New partitions: take over their recorded runs and load their due jobs at once."""
-        self._taken |= partitions
-        self._next_scan = self.clock.now()
+        self.state.gained(partitions, self.clock.now())
         self._wake.set()
 
     def _lost(self, partitions: frozenset[int]) -> None:
         """Partitions taken away: stop dispatching them and forget their heap entries."""
-        dropped = self.heap.drop_partitions(partitions)
-        self.at_due.drop_partitions(partitions)
-        self._over_quota = {j: p for j, p in self._over_quota.items() if p not in partitions}
+        dropped = self.state.lost(partitions)
         log.info("%s dropped %d partition(s), %d heap entries", self.name, len(partitions), dropped)
 
-    def _next_deadline(self) -> datetime:
-        top = self.heap.peek()
-        deadline = self._next_scan
-        if top is not None:
-            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s / 2))
-        due = self.at_due.peek()
-        return deadline if due is None else min(deadline, due)
-
     async def _step(self) -> None:
-        if self._taken:
-            await self._take_over(self._taken)
-            self._taken = frozenset()
+        if self.state.taken:
+            await self._take_over(self.state.taken)
         now = self.clock.now()
-        if now >= self._next_scan:  # a scan that fails is tried again with the step
+        if self.state.scan_due(now):  # a scan that fails is tried again with the step
             await self._scan()
-            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
-        ahead = timedelta(seconds=self.config.prepare_ahead_s)
+            self.state.scanned(now)
         while not self._stopping.is_set():
-            now = self.clock.now()
-            due = self.at_due.pop_due(now, self.config.batch) or self.heap.pop_due(
-                now + ahead, self.config.batch
-            )
+            due = self.state.due(self.clock.now())
             if not due:
                 break
-            await self._dispatch([job_id for job_id, _ in due])
+            await self._dispatch(due)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -322,15 +304,9 @@ class Scheduler:
         owned = self.owned
         if not owned:
             return
-        now = self.clock.now()
-        until = now + timedelta(seconds=self.config.lookahead_s)
+        until = self.state.scan_until(self.clock.now())
         jobs = await self.store.due_jobs(owned, until, limit=self.config.heap_limit)
-        for job in jobs:
-            if job.next_run_at is not None:
-                self.heap.push(job.id, job.next_run_at, job.partition)
-        last = jobs[-1].next_run_at if jobs else None
-        truncated = len(jobs) == self.config.heap_limit and last is not None
-        self._window_end = last if truncated and last is not None else until
+        self.state.loaded(jobs, until)
         await self._redispatch_lost(owned)
 
     async def _take_over(self, partitions: frozenset[int]) -> None:
@@ -344,23 +320,13 @@ class Scheduler:
         the work stream first.
         """
         now = self.clock.now()
-        since = now - timedelta(seconds=self.config.duplicate_window_s / 2)
-        until = now + timedelta(minutes=1)  # records of a previous owner whose clock is ahead
+        since, until = self.state.takeover_window(now)
         recorded = await self.store.stale_executions(
             partitions, until, limit=self.config.heap_limit, updated_after=since
         )
-        queued = [e for e in recorded if e.status == ExecutionStatus.QUEUED]
-        if not queued:
-            return
-        jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in queued})}
-        taken = 0
-        for run in queued:
-            job = jobs.get(run.job_id)
-            if job is None or not _resendable(job, run):
-                continue  # the re-dispatch sweep closes it
-            when = run.scheduled_for + timedelta(milliseconds=run.jitter_ms)
-            self.prepared.add(when, run_message(job, run, now))
-            taken += 1
+        queued = {e.job_id for e in recorded if e.status == ExecutionStatus.QUEUED}
+        jobs = {j.id: j for j in await self.store.get_jobs(queued)} if queued else {}
+        taken = self.state.taken_over(partitions, recorded, jobs, now)
         if taken:
             self._prepared_changed.set()
             log.info(
@@ -371,10 +337,14 @@ class Scheduler:
             )
 
     async def _on_notice(self, notice: JobNotice) -> None:
-        if notice.next_run_at is None or notice.partition not in self.owned:
-            return
-        if notice.next_run_at <= self._window_end:
-            self.heap.push(notice.job_id, notice.next_run_at, notice.partition)
+        if self.state.notice(notice, self.owned):
+            self._wake.set()
+
+    async def _on_finished(self, finished: RunsFinished) -> None:
+        """Runs ended: dispatch the buffered occurrences of jobs that waited for them."""
+        woken = self.state.finished(finished.job_ids, self.clock.now())
+        log.debug("finished runs of %s; waking %s", finished.job_ids, woken)
+        if woken:
             self._wake.set()
 
     # --- dispatching ---------------------------------------------------------------------------
@@ -383,39 +353,20 @@ class Scheduler:
         """Record the runs of the given due (or soon due) jobs; hold them until their time."""
         now = self.clock.now()
         owned = self.owned
-        jobs = [
-            j
-            for j in await self.store.get_jobs(job_ids)
-            if j.next_run_at is not None and j.partition in owned
-        ]
-        self._forget_over_quota(set(job_ids) - {j.id for j in jobs})
+        jobs = self.state.to_dispatch(job_ids, await self.store.get_jobs(job_ids), owned)
         chain = await self._plan(jobs, now)
         if not chain:
             return
-        events: list[Event] = []
-        ready: list[tuple[datetime, RunMessage]] = []
-        upcoming: dict[str, tuple[datetime | None, int]] = {}
-        for (d, job, when), outcome in await self._record(chain):
-            if not outcome.advanced:
-                continue
-            if d.execution.status == ExecutionStatus.QUEUED:
-                ready.append((when, run_message(job, d.execution, now)))
-            elif d.execution.skip_reason:
-                self._skipped(d.execution)
-            if outcome.created:
-                events.append(recorded_event(d.execution))
-            upcoming[job.id] = (d.next_run_at, job.partition)
-        for job_id, (nxt, partition) in upcoming.items():
-            if nxt is not None and nxt <= self._window_end:
-                self.heap.push(job_id, nxt, partition)
-        self._recorded_finished(events)
+        recorded = self.state.recorded(await self._record(chain), now)
+        for run in recorded.skipped:
+            self._skipped(run)
+        self._recorded_finished(recorded.events)
         try:
-            if events:
-                await self.bus.publish_events(events)  # before the runs: QUEUED precedes RUNNING
+            if recorded.events:  # before the runs: QUEUED precedes RUNNING
+                await self.bus.publish_events(recorded.events)
         finally:  # recorded runs are published even when their QUEUED events are not
-            for when, message in ready:
-                self.prepared.add(when, message)
-            if ready:
+            self.state.prepare(recorded.ready)
+            if recorded.ready:
                 self._prepared_changed.set()
 
     def _recorded_finished(self, events: list[Event]) -> None:
@@ -446,134 +397,52 @@ class Scheduler:
                 return []
             mid = len(chain) // 2
             return await self._record(chain[:mid]) + await self._record(chain[mid:])
-        self._rejected.difference_update(job.id for _, job, _ in chain)
+        self.state.accepted(job.id for _, job, _ in chain)
         return list(zip(chain, outcomes, strict=True))
 
     def _held_back(self, job: Job, error: StoreRejected) -> None:
-        extra = {"job_id": job.id, "partition": job.partition}
-        if job.id in self._rejected:
+        if not self.state.refused(job):
             log.debug("%s: job %s still cannot be dispatched: %s", self.name, job.id, error)
             return
-        if len(self._rejected) >= 10_000:
-            self._rejected.clear()
-        self._rejected.add(job.id)
         log.error(
             "%s: the store refuses to record a run of job %s for good (%s); holding the job "
             "back, the other jobs are dispatched",
             self.name,
             job.id,
             error,
-            extra=extra,
+            extra={"job_id": job.id, "partition": job.partition},
         )
 
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.
 
-        A job is planned as of its due time (recorded up to ``prepare_ahead_s`` early). A job
-        whose previous run still runs is decided at its due time instead, not ahead of it.
+        The previous runs the overlap policies need are read from the store; those still
+        active there whose job is decided now are looked up in the work stream (see
+        :func:`core.scheduling.stream_checks`). The state machine decides; the runs quota is
+        taken from the store; the previous runs that ``replace`` replaces are cancelled.
         """
-        previous = await self._previous_runs(jobs, now)
-        ahead = now + timedelta(seconds=self.config.prepare_ahead_s)
-        decided: list[_Decided] = []
-        for job in sorted(jobs, key=lambda j: due_at(j) or now):  # earliest first to the quota
-            when = max(now, due_at(job) or now)
-            if when > ahead:  # not due yet (its entry was stale, or its jitter delays it)
-                if when <= self._window_end:
-                    self.heap.push(job.id, when, job.partition)
-                continue
-            prev = previous.get(job.id)
-            if when > now and prev is not None and prev.status in ACTIVE_EXECUTION_STATUSES:
-                self.at_due.push(job.id, when, job.partition)
-                continue
-            waited = self._waiting.pop(job.id, None)
-            held = job.id in self._over_quota
-            try:
-                plan = plan_job(
-                    job,
-                    when,
-                    previous=prev,
-                    buffered=waited is not None,
-                    scheduler_id=self.scheduler_id,
-                    held_by=HELD_BY_QUOTA if held else None,
-                )
-            except Exception:  # a bulkhead: one job that cannot be planned must not stop the rest
-                log.exception("%s: cannot plan job %s; skipping it this time", self.name, job.id)
-                continue
-            decided.append(_Decided(job, plan, when, waited))
+        previous, ended = await self._previous_runs(jobs, now)
+        decided = self.state.decide(jobs, previous, now, ended=ended)
         chain: list[tuple[Dispatch, Job, datetime]] = []
         for d in await self._within_quota(decided, now):
-            self._over_quota.pop(d.job.id, None)
-            chain.extend((x, d.job, d.when) for x in await self._follow(d.job, d.plan))
+            chain.extend((x, d.job, d.when) for x in await self._follow(d))
         return chain
 
-    def _forget_over_quota(self, job_ids: Collection[str]) -> None:
-        """Jobs no longer due here (deleted, paused, finished, moved) are no longer held."""
-        if self._over_quota:
-            for job_id in job_ids:
-                self._over_quota.pop(job_id, None)
-
-    async def _within_quota(self, decided: list[_Decided], now: datetime) -> list[_Decided]:
+    async def _within_quota(self, decided: list[Decided], now: datetime) -> list[Decided]:
         """The decisions whose runs their owners' runs-per-minute quota allows now; the others
         are held back (see module docstring) and planned again at the time the quota names."""
-        rate = self.config.quotas.runs
-        asking = [d for d in decided if d.plan.queued]
-        if rate is None or not asking:
+        requests = self.state.quota_requests(decided)
+        if not requests:
             return decided
-        waits = await self.store.take_tokens(
-            [TokenRequest(runs_key(d.job.owner), len(d.plan.queued), rate) for d in asking],
-            now=now,
-        )
-        denied = {id(d): w for d, w in zip(asking, waits, strict=True) if w}
-        granted_owners = {d.job.owner for d in asking if id(d) not in denied}
-        for owner in granted_owners & self._owners_over_quota:
-            self._owners_over_quota.discard(owner)
-            log.info("%s: user %r is within the runs-per-minute quota again", self.name, owner)
-        for d in decided:
-            wait = denied.get(id(d))
-            if wait is not None:  # whole milliseconds, at least one: a hold never spins
-                self._hold_for_quota(
-                    d, now + timedelta(milliseconds=max(1, math.ceil(wait * 1000)))
-                )
-        return [d for d in decided if id(d) not in denied]
+        waits = await self.store.take_tokens(requests, now=now)
+        granted, held = self.state.within_quota(decided, waits, now)
+        self.metrics.held_runs.inc(held)
+        return granted
 
-    def _hold_for_quota(self, d: _Decided, until: datetime) -> None:
-        """Hold ``d``'s job back until ``until``: planned again then (not earlier — a held job
-        must not spin on its bucket), its ``bufferOne`` wait kept."""
-        job = d.job
-        if d.waited is not None:
-            self._waiting[job.id] = d.waited
-        self._over_quota[job.id] = job.partition
-        self.at_due.push(job.id, until, job.partition)
-        self.metrics.held_runs.inc(len(d.plan.queued))
-        if job.owner not in self._owners_over_quota and len(self._owners_over_quota) < 10_000:
-            self._owners_over_quota.add(job.owner)
-            log.info(
-                "%s: user %r is over the runs-per-minute quota (%d); holding runs back",
-                self.name,
-                job.owner,
-                self.config.quotas.runs_per_minute,
-                extra={"job_id": job.id, "partition": job.partition},
-            )
-        log.debug("job %s held back by the runs quota until %s", job.id, until)
-
-    def _skipped(self, run: Execution) -> None:
-        assert run.skip_reason is not None
-        if run.missed is None:
-            log.info("run %s SKIPPED: %s", run.id, run.skip_reason)
-            self.metrics.skipped(run.skip_reason)
-        else:
-            self.metrics.skipped(run.skip_reason, run.missed.count)
-
-    async def _follow(self, job: Job, plan: JobPlan) -> list[Dispatch]:
-        """Act on the parts of ``plan`` that are not the chain; the chain to record."""
-        if plan.not_before is not None:
-            if plan.not_before <= self._window_end:
-                self.heap.push(job.id, plan.not_before, job.partition)
-            return []
-        if plan.wait_for is not None:
-            log.debug("job %s waits for run %s", job.id, plan.wait_for)
-            self._waiting[job.id] = plan.wait_for
-            return []
+    async def _follow(self, d: Decided) -> list[Dispatch]:
+        """Act on ``d``'s plan: cancel the run it replaces, log its misfire; the chain."""
+        job, plan = d.job, d.plan
+        dispatches = self.state.accept(d)
         if plan.cancel is not None:
             await self.cancel_markers.cancel_run(plan.cancel)
             log.info("job %s: replacing run %s", job.id, plan.cancel, extra={"job_id": job.id})
@@ -587,50 +456,30 @@ class Scheduler:
                 plan.misfire.policy,
                 extra={"job_id": job.id, "partition": job.partition},
             )
-        return plan.dispatches
+        return dispatches
 
-    async def _previous_runs(self, jobs: list[Job], now: datetime) -> dict[str, Execution]:
-        """The latest dispatched run of each recurring job whose overlap policy needs it.
+    def _skipped(self, run: Execution) -> None:
+        assert run.skip_reason is not None
+        if run.missed is None:
+            log.info("run %s SKIPPED: %s", run.id, run.skip_reason)
+            self.metrics.skipped(run.skip_reason)
+        else:
+            self.metrics.skipped(run.skip_reason, run.missed.count)
 
-        A run the store still shows active is looked up in the work stream only when its job is
-        decided now (due at ``now`` or earlier): a job due later waits for its due time and is
-        re-planned then, so checking it early would cost a NATS round trip per job for nothing
-        — and when the workers fall behind, that is every job.
-        """
-        wanted = {
-            execution_id(j.id, j.last_dispatched_for): j
-            for j in jobs
-            if j.recurring
-            and j.overlap_policy != OverlapPolicy.ALLOW
-            and j.last_dispatched_for is not None
-        }
-        if not wanted:
-            return {}
-        runs: dict[str, Execution] = {}
-        active: list[Execution] = []  # still active in the store, and its job is decided now
-        for run in await self.store.get_executions(wanted):
-            job = wanted[run.id]
-            runs[job.id] = run
-            if run.status in ACTIVE_EXECUTION_STATUSES and (due_at(job) or now) <= now:
-                active.append(run)
-        in_stream = await self.bus.runs_in_stream((run.queue, run.id) for run in active)
-        for run in active:
-            if run.id not in in_stream:
-                # Its message is gone: it ended and the recorder has not written that yet (or
-                # it was lost, which the re-dispatch sweep handles): it no longer overlaps.
-                del runs[run.job_id]
-        return runs
-
-    async def _on_finished(self, finished: RunsFinished) -> None:
-        """Runs ended: dispatch the buffered occurrences of jobs that waited for them."""
-        woken = [job_id for job_id in finished.job_ids if job_id in self._waiting]
-        log.debug("finished runs of %s; waking %s", finished.job_ids, woken)
-        if not woken:
-            return
-        now = self.clock.now()
-        for job_id in woken:
-            self.heap.push(job_id, now)
-        self._wake.set()
+    async def _previous_runs(
+        self, jobs: list[Job], now: datetime
+    ) -> tuple[dict[str, Execution], set[str]]:
+        """The latest dispatched run of each job whose overlap policy needs it (by job id),
+        and those of them that have ended though the store does not show it yet: still active
+        in the store, their job decided now, and their message gone from the work stream."""
+        lookups = previous_lookups(jobs)
+        if not lookups:
+            return {}, set()
+        runs = await self.store.get_executions(lookups)
+        checks = stream_checks(runs, lookups, now)
+        in_stream = await self.bus.runs_in_stream((run.queue, run.id) for run in checks)
+        ended = {run.id for run in checks if run.id not in in_stream}
+        return {lookups[run.id].id: run for run in runs}, ended
 
     async def _publish(self, messages: list[RunMessage]) -> None:
         if not messages:
@@ -640,26 +489,22 @@ class Scheduler:
         results = await self.bus.publish_runs(messages)
         acked_at = self.clock.now().timestamp()
         delay = self.metrics.schedule_to_publish
-        failed = redispatched = 0
-        for msg, err in zip(messages, results, strict=True):
-            if err is None:
-                self._unpublished.pop(msg.execution_id, None)
-                if msg.redispatched_at_ms:
-                    redispatched += 1
-                else:
-                    delay.observe(max(0.0, acked_at - msg.scheduled_for.timestamp()))
-                log.info(
-                    "run %s published to %s",
-                    msg.execution_id,
-                    msg.queue,
-                    extra={"execution_id": msg.execution_id, "partition": msg.partition},
-                )
+        done = self.state.published(messages, results)
+        redispatched = 0
+        for msg in done:
+            if msg.redispatched_at_ms:
+                redispatched += 1
             else:
-                failed += 1
-                if len(self._unpublished) < 100_000:
-                    self._unpublished[msg.execution_id] = msg
-        self.metrics.dispatched_runs.inc(len(messages) - failed - redispatched)
-        self.dispatched += len(messages) - failed - redispatched
+                delay.observe(max(0.0, acked_at - msg.scheduled_for.timestamp()))
+            log.info(
+                "run %s published to %s",
+                msg.execution_id,
+                msg.queue,
+                extra={"execution_id": msg.execution_id, "partition": msg.partition},
+            )
+        failed = len(messages) - len(done)
+        self.metrics.dispatched_runs.inc(len(done) - redispatched)
+        self.dispatched += len(done) - redispatched
         self.metrics.redispatched_runs.inc(redispatched)
         if failed:
             log.warning("%s: %d run(s) not published yet; retrying", self.name, failed)
@@ -671,80 +516,35 @@ class Scheduler:
 
         A candidate (unfinished, untouched for the re-dispatch timeout, message absent) is
         re-published only when it is seen again at a later sweep and the recorder has recorded
-        every status event that existed at the first sighting: then no event can still be on its
-        way to the store (without a message no worker can be running it), so the run was lost.
+        every status event that existed at the first sighting (see
+        :meth:`core.scheduling.Scheduling.sighted`, which gets the recorders' progress).
         """
-        cutoff = self.clock.now() - timedelta(seconds=self.config.redispatch_after_s)
+        cutoff = self.state.stale_before(self.clock.now())
         stale = await self.store.stale_executions(owned, cutoff, limit=self.config.batch)
         in_stream = await self.bus.runs_in_stream((e.queue, e.id) for e in stale)
         absent = [e for e in stale if e.id not in in_stream]
-        if not absent:
-            self._strikes.clear()
-            return
-        mark = await self.bus.status_last_seq()
-        floor = await self.bus.recorder_ack_floor()
-        lost = [e for e in absent if e.id in self._strikes and floor >= self._strikes[e.id]]
-        lost_ids = {e.id for e in lost}
-        self._strikes = {
-            e.id: self._strikes.get(e.id, mark) for e in absent if e.id not in lost_ids
-        }
+        last_seq = ack_floor = 0
+        if absent:
+            last_seq = await self.bus.status_last_seq()
+            ack_floor = await self.bus.recorder_ack_floor()
+        lost = self.state.sighted(absent, last_seq, ack_floor)
         if not lost:
             return
         jobs = {j.id: j for j in await self.store.get_jobs({e.job_id for e in lost})}
-        at = self.clock.now()
-        live = [e for e in lost if e.job_id in jobs and _resendable(jobs[e.job_id], e)]
-        dead = [e for e in lost if e not in live]
-        if dead:
-            closing = [_closing_event(e, jobs.get(e.job_id), at) for e in dead]
-            await self.store.apply_events(closing)
-            for event in closing:
+        resend = self.state.resend(lost, jobs, self.clock.now())
+        if resend.closing:
+            await self.store.apply_events(resend.closing)
+            for event in resend.closing:
                 if event.status == ExecutionStatus.SKIPPED and event.error:
                     self.metrics.skipped(event.error)
-            log.info("%s: closed %d run(s) that must not run any more", self.name, len(dead))
-        messages = [
-            run_message(
-                jobs[e.job_id], e, at, attempt_offset=e.attempt, redispatched_at_ms=to_epoch_ms(at)
+            log.info(
+                "%s: closed %d run(s) that must not run any more", self.name, len(resend.closing)
             )
-            for e in live
-            if e.id not in self._unpublished
-        ]
-        log.warning("%s: re-dispatching %d run(s) whose message was lost", self.name, len(messages))
-        await self._publish(messages)
+        log.warning(
+            "%s: re-dispatching %d run(s) whose message was lost", self.name, len(resend.messages)
+        )
+        await self._publish(resend.messages)
 
 
 RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
 """After a store or NATS outage the scheduler tries again every second."""
-
-HELD_BY_QUOTA = "held back by the owner's runs-per-minute quota"
-"""Named in the misfire record of a job that the runs quota held past its misfire grace."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Decided:
-    """A due job's plan, before its owner's runs quota allows it: ``waited`` is the bufferOne
-    run it was waiting for (restored if the job is held back)."""
-
-    job: Job
-    plan: JobPlan
-    when: datetime
-    waited: str | None
-
-
-def _resendable(job: Job, run: Execution) -> bool:
-    """Whether a lost run may be re-published: its job is not cancelled, and the job was
-    advanced past it (a run recorded just before its scheduler died without advancing the job —
-    possible on MongoDB, which has no transaction around the two — never became due)."""
-    if job.status == JobStatus.CANCELLED:
-        return False
-    if run.trigger == RunTrigger.MANUAL:
-        return True
-    return job.last_scheduled_for is not None and job.last_scheduled_for >= run.scheduled_for
-
-
-def _closing_event(run: Execution, job: Job | None, at: datetime) -> StatusEvent:
-    """The terminal event of a lost run that must not be re-published."""
-    if job is None or job.status == JobStatus.CANCELLED:
-        status, reason = ExecutionStatus.CANCELLED, "cancelled: the job was cancelled or deleted"
-    else:
-        status, reason = ExecutionStatus.SKIPPED, "orphan: recorded but never dispatched"
-    return run_event(run, status, attempt=run.attempt, at=at, finished_at=at, error=reason)

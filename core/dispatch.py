@@ -8,6 +8,7 @@ because of an overlap) — each advancing the job's ``nextRunAt`` by compare-and
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -59,6 +60,30 @@ def due_at(job: Job) -> datetime | None:
     return job.next_run_at + timedelta(milliseconds=delay)
 
 
+def previous_active(previous: Execution | None, *, ended: Container[str] = ()) -> bool:
+    """Whether a job's previous run is still active, so that a new run would overlap it.
+
+    The one answer to the question, for every caller: the scheduler deciding a job now or
+    deferring it to its due time, choosing which runs to look up in the work stream, and
+    :func:`plan_job`.
+
+    Args:
+        previous: the job's latest dispatched run as the store has it (None: none or unknown).
+        ended: ids of runs known to have ended although the store does not show it yet: their
+            message is gone from the work stream (the recorder has not written the end, or the
+            run was lost, which the re-dispatch sweep handles).
+
+    Returns:
+        True when the store shows ``previous`` QUEUED, RUNNING or RETRYING and it is not in
+        ``ended``.
+    """
+    return (
+        previous is not None
+        and previous.status in ACTIVE_EXECUTION_STATUSES
+        and previous.id not in ended
+    )
+
+
 def plan_job(
     job: Job,
     now: datetime,
@@ -67,6 +92,7 @@ def plan_job(
     buffered: bool,
     scheduler_id: str,
     held_by: str | None = None,
+    ended: Container[str] = (),
 ) -> JobPlan:
     """Decide what to do with ``job`` at ``now`` (see module docstring).
 
@@ -76,13 +102,15 @@ def plan_job(
         scheduler_id: recorded on the executions.
         held_by: why the job is late, when the scheduler held it back (a quota): named in the
             reason of its misfire record, if it has one.
+        ended: runs known to have ended that the store still shows active (see
+            :func:`previous_active`).
     """
     occurrence = job.next_run_at
     assert occurrence is not None
     start = due_at(job)
     if start is not None and start > now:
         return JobPlan(not_before=start)
-    active = previous is not None and previous.status in ACTIVE_EXECUTION_STATUSES
+    active = previous_active(previous, ended=ended)
     policy = job.overlap_policy if job.recurring else OverlapPolicy.ALLOW
     if active and policy == OverlapPolicy.BUFFER_ONE:
         assert previous is not None

@@ -88,6 +88,6 @@ async def test_a_refused_dispatch_holds_back_its_job_only(
 async def _scans(scheduler: Any, n: int) -> None:
     """Wait for ``n`` more safety scans (each re-loads the held-back job and tries it again)."""
     for _ in range(n):
-        mark = scheduler._next_scan
-        while scheduler._next_scan == mark:
+        mark = scheduler.state.next_scan
+        while scheduler.state.next_scan == mark:
             await asyncio.sleep(0.05)

@@ -100,10 +100,10 @@ async def test_a_job_beyond_the_lookahead_is_loaded_by_a_later_scan(tmp_path: Pa
     async with scheduler_rig(
         tmp_path, [job(next_run_at=at(40))], lookahead_s=30.0, scan_interval_s=5.0
     ) as rig:
-        assert len(rig.scheduler.heap) == 0
+        assert len(rig.scheduler.state.heap) == 0
 
         await rig.to(10)  # the scan at 10 s looks up to 40 s ahead
-        assert len(rig.scheduler.heap) == 1
+        assert len(rig.scheduler.state.heap) == 1
         await rig.to(40)
         assert published_ids(rig) == [execution_id("j1", at(40))]
 
@@ -362,7 +362,7 @@ async def test_a_lost_run_is_re_published_at_its_second_sighting(tmp_path: Path)
 
         await rig.to(66)  # untouched for over 60 s: first sighting, a strike only
         assert len(rig.bus.published) == 1
-        assert run_id in rig.scheduler._strikes
+        assert run_id in rig.scheduler.state.strikes
 
         await rig.to(71)  # second sighting, every event up to the first one recorded
 
@@ -406,7 +406,7 @@ async def test_a_run_whose_message_is_held_is_never_re_published(tmp_path: Path)
             await rig.to(t)
 
         assert len(rig.bus.published) == 1
-        assert rig.scheduler._strikes == {}
+        assert rig.scheduler.state.strikes == {}
 
 
 async def test_a_lost_run_of_a_cancelled_job_is_closed_not_re_published(tmp_path: Path) -> None:
@@ -465,7 +465,7 @@ async def test_a_failed_publish_is_retried_a_second_later(tmp_path: Path) -> Non
         rig.bus.fail("publish_runs")
 
         await rig.to(10)
-        assert rig.scheduler._unpublished
+        assert rig.scheduler.state.unpublished
         assert rig.bus.published == []
         assert rig.bus.streams_ensured == 1  # a deleted stream is re-created
         assert at(11) in rig.clock.deadlines()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from core.dispatch import JobPlan, due_at, plan_job
+from core.dispatch import JobPlan, due_at, plan_job, previous_active
 from core.ids import execution_id
 from core.model import (
     CronSchedule,
@@ -162,3 +162,23 @@ def test_jitter_delays_the_due_time_deterministically() -> None:
         plan_job(j, T0, previous=None, buffered=False, scheduler_id="s").not_before == first
         or first == T0
     )
+
+
+def test_previous_active_is_the_store_status_unless_the_message_is_gone() -> None:
+    j = job()
+    assert not previous_active(None)
+    for status in ExecutionStatus:
+        active = status in (
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.RETRYING,
+        )
+        assert previous_active(msgspec.structs.replace(running(j, T0), status=status)) == active
+    run = running(j, T0)
+    assert not previous_active(run, ended={run.id})
+
+
+def test_a_previous_run_known_to_have_ended_does_not_overlap() -> None:
+    prev = running(job(), T0 - timedelta(seconds=10))
+    plan = plan_job(job(), T0, previous=prev, buffered=False, scheduler_id="s", ended={prev.id})
+    assert [d.execution.status for d in plan.dispatches] == [ExecutionStatus.QUEUED]
