@@ -633,7 +633,7 @@ class CancelSignals(Protocol):
 
     async def watch(self, on_marker: Callable[[str | None, str | None], None]) -> None:
         """Follow the markers until cancelled: ``on_marker(job_id, None)`` for a job marker,
-        ``on_marker(None, run_key)`` for a run marker (:func:`bus.nats.run_key`)."""
+        ``on_marker(None, run_key)`` for a run marker (:func:`core.ids.run_key`)."""
         ...
 
 

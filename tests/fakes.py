@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from bus.nats import run_key
 from core.clock import FakeClock
 from core.errors import BusUnavailable, ConsumerMissing, LeaseLost
+from core.ids import run_key
 from core.model import Event, JobNotice, RunMessage, RunsFinished, StatusEvent
 from core.ports import LeaseSnapshot
 
