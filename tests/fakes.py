@@ -254,6 +254,9 @@ class FakeBus:
         self._check("runs_in_stream")
         return {e for _, e in runs if e in self.held}
 
+    async def ping(self) -> None:
+        self._check("ping")
+
     async def ensure_streams_quietly(self) -> None:
         self.streams_ensured += 1
 
@@ -450,10 +453,17 @@ async def until(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> Non
 
 
 if TYPE_CHECKING:  # the fakes implement the ports (checked by mypy)
-    from core.ports import CancelSignals, Leases, RecorderBus, SchedulerBus, WorkerBus
+    from core.ports import (
+        CancelSignals,
+        GatewayBus,
+        Leases,
+        RecorderBus,
+        SchedulerBus,
+        WorkerBus,
+    )
 
-    def _conforms(bus: FakeBus) -> tuple[SchedulerBus, WorkerBus, RecorderBus]:
-        return bus, bus, bus
+    def _conforms(bus: FakeBus) -> tuple[SchedulerBus, WorkerBus, RecorderBus, GatewayBus]:
+        return bus, bus, bus, bus
 
     def _signals(s: FakeCancelSignals, leases: FakeLeases) -> tuple[CancelSignals, Leases]:
         return s, leases
