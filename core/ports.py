@@ -1,8 +1,9 @@
 """Interfaces the adapters implement (``typing.Protocol``), all on one page.
 
 ``store/`` implements :class:`JobStore` (SQLite, MongoDB); ``bus/`` the bus roles below
-(:class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`, :class:`StatusIntake`,
-:class:`RecorderProgress`, :class:`EventFeed`, :class:`Notices`, :class:`CancelSignals`,
+(:class:`RunPublisher`, :class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`,
+:class:`StatusIntake`, :class:`RecorderProgress`, :class:`EventFeed`, :class:`JobNotices`,
+:class:`Notices`, :class:`BusHealth`, :class:`CancelRequests`, :class:`CancelSignals`,
 :class:`Leases`, :class:`StatusStream`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py``
 in memory. The scheduler, worker, recorder and gateway depend on these protocols only, never on
 a driver; ``jobsched/runtime.py`` wires the adapters in.
@@ -506,9 +507,8 @@ class Streams(Protocol):
         ...
 
 
-class RunQueue(Protocol):
-    """The work queue, as the scheduler (and the manual trigger) see it: publish runs, and ask
-    whether a run's message is still queued."""
+class RunPublisher(Protocol):
+    """The work queue, as the manual trigger sees it: publish runs."""
 
     async def publish_runs(self, runs: Sequence[RunMessage]) -> list[BusUnavailable | None]:
         """Publish runs to their queues; one result per run, in order (None: stored).
@@ -517,6 +517,11 @@ class RunQueue(Protocol):
         re-publishing a run whose first publish went through stores no second message.
         """
         ...
+
+
+class RunQueue(RunPublisher, Protocol):
+    """The work queue, as the scheduler sees it: publish runs, ask whether a run's message is
+    still queued, re-create the streams."""
 
     async def runs_in_stream(self, runs: Iterable[tuple[str, str]]) -> set[str]:
         """The execution ids among ``(queue, execution id)`` pairs whose message is still held
@@ -657,7 +662,7 @@ class RecorderBus(Streams, StatusIntake, Notices, Protocol):
     """What :class:`actors.recorder.Recorder` needs of the bus."""
 
 
-class GatewayBus(RunQueue, EventFeed, JobNotices, BusHealth, Protocol):
+class GatewayBus(RunPublisher, EventFeed, JobNotices, BusHealth, Protocol):
     """What the gateway's API connection needs of the bus (:class:`gateway.service.JobService`:
     job notices, job events, manual runs; readiness: :meth:`ping`)."""
 

@@ -567,8 +567,9 @@ class JobService:
 
     async def _publish_run(self, job: Job, run: Execution, *, created: bool, now: datetime) -> None:
         """Publish a dispatched run as a scheduler does: its QUEUED event when it was recorded
-        now (first: QUEUED precedes RUNNING), then its message; a failed publish is logged and
-        left to the re-dispatch sweep, and the streams are re-created if they were deleted."""
+        now (first: QUEUED precedes RUNNING), then its message. A failed publish is logged and
+        left to the schedulers' re-dispatch sweep (and to them the re-creation of deleted
+        streams: the gateway's NATS user may not create streams, :mod:`bus.auth`)."""
         if self.bus is None:
             return
         if created:
@@ -581,7 +582,6 @@ class JobService:
                 error,
                 extra={"job_id": job.id, "execution_id": run.id},
             )
-            await self.bus.ensure_streams_quietly()
 
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:
