@@ -28,8 +28,8 @@ from typing import Literal
 import msgspec
 
 from actors.metrics import Metrics
-from bus.nats import status_decoder
 from core.clock import Clock, SystemClock
+from core.codecs import status_decoder
 from core.errors import BusUnavailable, ConsumerMissing, StoreRejected, StoreUnavailable
 from core.model import (
     DEAD_LETTER_MAX_BYTES,

@@ -30,11 +30,11 @@ import msgspec
 
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
-from bus.nats import run_decoder, run_key
 from core.backoff import retry_delay
 from core.clock import Clock, SystemClock
+from core.codecs import run_decoder
 from core.errors import BusUnavailable, ConsumerMissing, InvalidRequest
-from core.ids import execution_id_of_msg_id
+from core.ids import execution_id_of_msg_id, run_key
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling

@@ -20,8 +20,9 @@ import nats.js.errors
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from bus.nats import Bus, run_key, translated
+from bus.nats import Bus, translated
 from core.errors import BusUnavailable
+from core.ids import run_key
 from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)

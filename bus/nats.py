@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import re
 import ssl
@@ -59,7 +58,7 @@ from nats.js.api import (
 
 from bus.tls import verifying_context, wants_tls
 from core.errors import BusUnavailable, ConsumerMissing
-from core.ids import dead_letter_id, job_event_msg_id, owner_key, status_msg_id
+from core.ids import dead_letter_id, job_event_msg_id, owner_key, run_key, status_msg_id
 from core.model import Event, JobEvent, JobNotice, RunMessage, RunsFinished, StatusEvent
 
 if TYPE_CHECKING:
@@ -77,8 +76,6 @@ RECORDER_CONSUMER = "recorder"
 """Durable pull consumer of the status stream that the recorders share."""
 
 run_encoder = msgspec.json.Encoder()
-run_decoder = msgspec.json.Decoder(RunMessage)
-status_decoder = msgspec.json.Decoder(Event)
 notice_decoder = msgspec.json.Decoder(JobNotice)
 finished_decoder = msgspec.json.Decoder(RunsFinished)
 
@@ -152,11 +149,6 @@ class BusConfig:
         """Durable name of the pull consumer that every worker of ``queue`` shares; KEDA's
         trigger of the queue names it (see :attr:`work_stream`)."""
         return f"workers-{queue}"
-
-
-def run_key(execution_id: str) -> str:
-    """Subject token of a run: 16 hex digits of BLAKE2b of its execution id."""
-    return hashlib.blake2b(execution_id.encode(), digest_size=8).hexdigest()
 
 
 @contextmanager

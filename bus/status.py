@@ -14,6 +14,8 @@ by default, as a slow consumer).
   the status stream has ``allow_direct``), and the next event as the stream's leader has it
   (``STREAM.MSG.GET``): a Direct Get may be answered by a replica that lags, the leader is the
   reference for "there is nothing more".
+- :class:`LiveStream` — both, as :class:`core.ports.StatusStream` (what the gateway's live
+  status depends on).
 
 No nats exception escapes: failures surface as :class:`core.errors.BusUnavailable`.
 """
@@ -25,7 +27,6 @@ import contextlib
 import itertools
 import logging
 import uuid
-from dataclasses import dataclass
 
 import msgspec
 import nats.errors
@@ -35,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bus.nats import Bus, PullConsumer, translated
 from core.errors import BusUnavailable, ConsumerMissing
+from core.live import EventBatch, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,40 +44,6 @@ FEED_BATCH = 512
 """Events a :class:`StatusFeed` asks for per pull request."""
 FEED_INACTIVE_THRESHOLD_S = 60.0
 """The server deletes a feed's consumer after this long without a pull request (seconds)."""
-
-
-class StoredEvent(msgspec.Struct, frozen=True, gc=False):
-    """One message of the status stream: its sequence (the event id), subject and JSON body.
-
-    Not tracked by the garbage collector (``gc=False``: it holds no containers): replays make
-    many of them, and tracked ones would make the collector's full passes come more often.
-    """
-
-    seq: int
-    subject: str
-    data: bytes
-
-    @property
-    def owner_key(self) -> str:
-        """The user token of ``<p>.status.<owner-key>.<job-id>`` (:func:`core.ids.owner_key`)."""
-        return self.subject.split(".", 3)[2]
-
-    @property
-    def job_id(self) -> str:
-        return self.subject.rsplit(".", 1)[1]
-
-
-@dataclass(frozen=True, slots=True)
-class EventBatch:
-    """What one replay read returned.
-
-    Attributes:
-        events: matching events in stream order, sequences increasing.
-        more: the server that answered holds more matching events after the last one.
-    """
-
-    events: list[StoredEvent]
-    more: bool
 
 
 class StatusFeed:
@@ -296,3 +264,34 @@ class StatusReader:
         if raw.seq is None or raw.subject is None:
             return None
         return StoredEvent(int(raw.seq), raw.subject, raw.data or b"")
+
+
+class LiveStream:
+    """The status stream for a gateway's live status (:class:`core.ports.StatusStream`), over
+    one connection: a :class:`StatusFeed` per :meth:`feed`, one :class:`StatusReader` for every
+    replay read.
+
+    Args:
+        bus: a connected adapter (the gateway's live-status connection).
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.reader = StatusReader(bus)
+
+    async def status_last_seq(self) -> int:
+        return await self.bus.status_last_seq()
+
+    def feed(self, start_seq: int) -> StatusFeed:
+        return StatusFeed(self.bus, start_seq)
+
+    def status_filter(self, owner: str, job_id: str | None = None) -> str:
+        return self.bus.config.status_filter(owner, job_id)
+
+    async def read(
+        self, subject_filter: str, start_seq: int, *, batch: int, max_bytes: int
+    ) -> EventBatch:
+        return await self.reader.read(subject_filter, start_seq, batch=batch, max_bytes=max_bytes)
+
+    async def next_on_leader(self, subject_filter: str, start_seq: int) -> StoredEvent | None:
+        return await self.reader.next_on_leader(subject_filter, start_seq)

@@ -10,12 +10,15 @@ The formats (docs/data-model.md):
 - ``Nats-Msg-Id`` of a run message: its execution id, ``|r<epoch ms>`` appended for a
   re-dispatch; of a run event: ``<execution id>|<status>|<attempt>``; of a job event:
   ``<jobId>|<event>|<at, epoch seconds>``;
-- dead letter: ``<stream>:<stream sequence>:<stored at, epoch ms>``.
+- dead letter: ``<stream>:<stream sequence>:<stored at, epoch ms>``;
+- run key (a run's subject token and cancel-marker key): 16 hex digits of BLAKE2b of its
+  execution id.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import secrets
 import uuid
 import zlib
@@ -106,3 +109,9 @@ def dead_letter_id(stream: str, sequence: int, stored_at_ms: int) -> str:
 def owner_key(owner: str) -> str:
     """A NATS-subject-safe token for a user id: unpadded base64url of its UTF-8 bytes."""
     return base64.urlsafe_b64encode(owner.encode()).decode().rstrip("=") or "_"
+
+
+def run_key(execution_id: str) -> str:
+    """Subject token of a run (``<p>.work.<queue>.<run key>``) and the key of its cancel marker:
+    16 hex digits of BLAKE2b of its execution id."""
+    return hashlib.blake2b(execution_id.encode(), digest_size=8).hexdigest()

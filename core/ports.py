@@ -1,10 +1,12 @@
 """Interfaces the adapters implement (``typing.Protocol``), all on one page.
 
 ``store/`` implements :class:`JobStore` (SQLite, MongoDB); ``bus/`` the bus roles below
-(:class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`, :class:`StatusIntake`,
-:class:`RecorderProgress`, :class:`EventFeed`, :class:`Notices`, :class:`CancelSignals`,
-:class:`Leases`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py`` in memory. The
-scheduler, worker and recorder depend on these protocols only, never on a driver.
+(:class:`RunPublisher`, :class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`,
+:class:`StatusIntake`, :class:`RecorderProgress`, :class:`EventFeed`, :class:`JobNotices`,
+:class:`Notices`, :class:`BusHealth`, :class:`CancelRequests`, :class:`CancelSignals`,
+:class:`Leases`, :class:`StatusStream`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py``
+in memory. The scheduler, worker, recorder and gateway depend on these protocols only, never on
+a driver; ``jobsched/runtime.py`` wires the adapters in.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.errors import BusUnavailable, Conflict
+from core.live import EventBatch, StoredEvent
 from core.model import (
     DeadLetter,
     Event,
@@ -125,13 +128,35 @@ class Dispatch:
 
 
 @dataclass(frozen=True, slots=True)
+class ManualDispatch:
+    """One run triggered by hand (``trigger: manual``, :func:`core.runs.manual_run`), outside
+    the job's schedule.
+
+    The store inserts ``execution`` unless a record with its id exists, and records ``audit``
+    (optional) with it, only if it inserted it. There is no compare-and-set: the job is left as
+    it is (``next_run_at``, ``last_scheduled_for``, ``last_dispatched_for``, ``run_count``), so
+    its scheduled occurrences go on as if the manual run did not exist, and its outcome is
+    always ``advanced``.
+    """
+
+    execution: Execution
+    audit: AuditEntry | None = None
+
+
+AnyDispatch = Dispatch | ManualDispatch
+"""What :meth:`JobStore.dispatch` records: a scheduled run (with the job's compare-and-set) or
+a manual one (without)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchOutcome:
-    """What :meth:`JobStore.dispatch` did for one :class:`Dispatch`.
+    """What :meth:`JobStore.dispatch` did for one :class:`Dispatch` or :class:`ManualDispatch`.
 
     Attributes:
         created: the execution record was inserted now (False: it existed already).
         advanced: the job's compare-and-set succeeded (False: someone else advanced or changed
-            the job; the caller must not publish a run it did not create or advance).
+            the job; the caller must not publish a run it did not create or advance). Always
+            True for a :class:`ManualDispatch`, which has no compare-and-set.
     """
 
     created: bool
@@ -297,10 +322,12 @@ class JobStore(Protocol):
         """Jobs of ``partitions`` due by ``until`` (``next_run_at <= until``), earliest first."""
         ...
 
-    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
-        """Record due runs; see :class:`Dispatch`. Outcomes are in the order of ``runs``.
+    async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
+        """Record due runs (:class:`Dispatch`) and manual runs (:class:`ManualDispatch`), in one
+        transaction on SQLite. Outcomes are in the order of ``runs``.
 
-        Idempotent: repeating a dispatch creates no second execution and advances no job twice.
+        Idempotent: repeating a dispatch creates no second execution, advances no job twice and
+        records no second audit entry.
 
         Raises:
             StoreRejected: a run of the batch can never be recorded (the caller dispatches the
@@ -391,9 +418,9 @@ class JobStore(Protocol):
 # --- the bus: what the actors ask of NATS ---------------------------------------------------
 #
 # ``bus/`` implements these with NATS JetStream (:class:`bus.nats.Bus`, :class:`bus.nats.
-# PullConsumer`, :class:`bus.leases.LeaseBucket`, :class:`bus.cancel.CancelMarkers`);
-# ``tests/fakes.py`` in memory. Failures surface as :class:`core.errors.BusUnavailable` (retry);
-# no driver exception escapes.
+# PullConsumer`, :class:`bus.leases.LeaseBucket`, :class:`bus.cancel.CancelMarkers`,
+# :class:`bus.status.LiveStream`); ``tests/fakes.py`` in memory. Failures surface as
+# :class:`core.errors.BusUnavailable` (retry); no driver exception escapes.
 
 
 class Delivery(Protocol):
@@ -480,9 +507,8 @@ class Streams(Protocol):
         ...
 
 
-class RunQueue(Protocol):
-    """The work queue, as the scheduler (and the manual trigger) see it: publish runs, and ask
-    whether a run's message is still queued."""
+class RunPublisher(Protocol):
+    """The work queue, as the manual trigger sees it: publish runs."""
 
     async def publish_runs(self, runs: Sequence[RunMessage]) -> list[BusUnavailable | None]:
         """Publish runs to their queues; one result per run, in order (None: stored).
@@ -491,6 +517,11 @@ class RunQueue(Protocol):
         re-publishing a run whose first publish went through stores no second message.
         """
         ...
+
+
+class RunQueue(RunPublisher, Protocol):
+    """The work queue, as the scheduler sees it: publish runs, ask whether a run's message is
+    still queued, re-create the streams."""
 
     async def runs_in_stream(self, runs: Iterable[tuple[str, str]]) -> set[str]:
         """The execution ids among ``(queue, execution id)`` pairs whose message is still held
@@ -566,12 +597,21 @@ class EventFeed(Protocol):
         ...
 
 
-class Notices(Protocol):
-    """Best-effort core-NATS notices between processes; a lost one is covered by a scan."""
+class JobNotices(Protocol):
+    """Job notices, as the gateway sends them (best effort: a lost one is covered by the
+    scheduler's scan)."""
 
     async def notify(self, notice: JobNotice) -> None:
-        """A job was created or changed: tell its partition's scheduler."""
+        """A job was created or changed: tell its partition's scheduler.
+
+        Raises:
+            BusUnavailable: not sent.
+        """
         ...
+
+
+class Notices(JobNotices, Protocol):
+    """Best-effort core-NATS notices between processes; a lost one is covered by a scan."""
 
     async def subscribe_notices(
         self, handler: Callable[[JobNotice], Awaitable[None]]
@@ -587,6 +627,16 @@ class Notices(Protocol):
         self, handler: Callable[[RunsFinished], Awaitable[None]]
     ) -> Subscription:
         """``handler`` for every finished-runs notice."""
+        ...
+
+
+class BusHealth(Protocol):
+    async def ping(self) -> None:
+        """Return if the bus answers (a round trip, bounded by a short timeout).
+
+        Raises:
+            BusUnavailable: it did not answer.
+        """
         ...
 
 
@@ -612,20 +662,37 @@ class RecorderBus(Streams, StatusIntake, Notices, Protocol):
     """What :class:`actors.recorder.Recorder` needs of the bus."""
 
 
-class CancelSignals(Protocol):
+class GatewayBus(RunPublisher, EventFeed, JobNotices, BusHealth, Protocol):
+    """What the gateway's API connection needs of the bus (:class:`gateway.service.JobService`:
+    job notices, job events, manual runs; readiness: :meth:`ping`)."""
+
+
+class CancelRequests(Protocol):
+    """Setting cancellation markers (the gateway, the scheduler)."""
+
+    async def cancel_job(self, job_id: str) -> None:
+        """Mark every run of ``job_id`` cancelled (idempotent).
+
+        Raises:
+            BusUnavailable: not stored.
+        """
+        ...
+
+    async def cancel_run(self, execution_id: str) -> None:
+        """Mark one run cancelled (idempotent; ``overlapPolicy: replace``).
+
+        Raises:
+            BusUnavailable: not stored.
+        """
+        ...
+
+
+class CancelSignals(CancelRequests, Protocol):
     """Cancellation markers: "no run of this job may start or continue" and "this run must
     stop", seen by every worker (a NATS KV bucket, :mod:`bus.cancel`)."""
 
     ready: asyncio.Event
     """Set once the markers that existed when :meth:`watch` started are known."""
-
-    async def cancel_job(self, job_id: str) -> None:
-        """Mark every run of ``job_id`` cancelled (idempotent)."""
-        ...
-
-    async def cancel_run(self, execution_id: str) -> None:
-        """Mark one run cancelled (idempotent; ``overlapPolicy: replace``)."""
-        ...
 
     def is_cancelled(self, job_id: str, execution_id: str) -> bool:
         """Whether a marker seen so far names the job or the run."""
@@ -633,7 +700,7 @@ class CancelSignals(Protocol):
 
     async def watch(self, on_marker: Callable[[str | None, str | None], None]) -> None:
         """Follow the markers until cancelled: ``on_marker(job_id, None)`` for a job marker,
-        ``on_marker(None, run_key)`` for a run marker (:func:`bus.nats.run_key`)."""
+        ``on_marker(None, run_key)`` for a run marker (:func:`core.ids.run_key`)."""
         ...
 
 
@@ -680,6 +747,74 @@ class Leases(Protocol):
 
     async def snapshot(self) -> LeaseSnapshot:
         """Current members and taken partitions."""
+        ...
+
+
+# --- live status: the status stream as WebSocket clients read it ---------------------------
+
+
+class LiveFeed(Protocol):
+    """Every status event from a sequence on, in stream order and without gaps (NATS:
+    :class:`bus.status.StatusFeed`). It reads at its caller's pace: nothing is buffered beyond
+    the batch asked for."""
+
+    async def next_batch(self, timeout_s: float) -> list[StoredEvent]:
+        """The next events; waits up to ``timeout_s`` seconds for the first ([] if none came).
+
+        Raises:
+            BusUnavailable: the stream cannot be read now (back off, call again: the feed
+                resumes where it stopped).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop reading (best effort; idempotent)."""
+        ...
+
+
+class StatusStream(Protocol):
+    """The status stream, as a gateway's live status reads it (:mod:`gateway.live`; NATS:
+    :class:`bus.status.LiveStream`, on the gateway's own live-status connection).
+
+    Events are :class:`core.live.StoredEvent`; an event id is its stream sequence. A
+    subscription's events are named by an opaque filter (:meth:`status_filter`).
+    """
+
+    async def status_last_seq(self) -> int:
+        """Sequence of the newest event in the stream (0: none).
+
+        Raises:
+            BusUnavailable: not answered.
+        """
+        ...
+
+    def feed(self, start_seq: int) -> LiveFeed:
+        """A feed of every event from ``start_seq`` on (no I/O until its first batch)."""
+        ...
+
+    def status_filter(self, owner: str, job_id: str | None = None) -> str:
+        """The filter of ``owner``'s events: of one job, or (None) of all of them."""
+        ...
+
+    async def read(
+        self, subject_filter: str, start_seq: int, *, batch: int, max_bytes: int
+    ) -> EventBatch:
+        """Events matching ``subject_filter`` from ``start_seq`` on: at most ``batch``, and no
+        more once about ``max_bytes`` bytes were read (at least one event). May be answered by
+        a replica that lags: :meth:`next_on_leader` is the reference for "nothing more".
+
+        Raises:
+            BusUnavailable: no answer at all (a read cut short returns what arrived).
+        """
+        ...
+
+    async def next_on_leader(self, subject_filter: str, start_seq: int) -> StoredEvent | None:
+        """The first event matching ``subject_filter`` at or after ``start_seq``, as the
+        stream's leader holds it now; None when there is none.
+
+        Raises:
+            BusUnavailable: not answered.
+        """
         ...
 
 

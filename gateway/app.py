@@ -21,8 +21,6 @@ from prometheus_client import CollectorRegistry
 
 from actors.health import Check, health_response, healthz, readiness
 from actors.metrics import Metrics, metrics_handler
-from bus.cancel import CancelMarkers
-from bus.nats import Bus
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
@@ -43,7 +41,7 @@ from core.model import (
     JobPatch,
     JobStatus,
 )
-from core.ports import JobQuery, JobStore
+from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, StatusStream
 from core.quotas import Quotas
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import principal_from_authorization
@@ -97,21 +95,23 @@ class GatewayConfig:
 
 @dataclass(frozen=True, slots=True)
 class GatewayDeps:
-    """What the gateway uses; ``bus`` None runs it without NATS (notices and triggers off).
+    """What the gateway uses (the ports of :mod:`core.ports`; ``jobsched/runtime.py`` passes the
+    NATS adapters); ``bus`` None runs it without NATS (notices and triggers off).
 
-    ``bus`` is the gateway's API connection (notices, manual triggers, cancel markers);
-    ``live_bus`` its live-status connection (``GET /ws``: the status feed and replays), kept apart
-    so that WebSocket traffic can never delay or cost the API's (None: no live status).
+    ``bus`` is the gateway's API connection (notices, manual triggers); ``markers`` the
+    cancellation markers on it; ``live_status`` the status stream on its live-status connection
+    (``GET /ws``: the status feed and replays), kept apart so that WebSocket traffic can never
+    delay or cost the API's (None: no live status).
     """
 
     store: JobStore
-    bus: Bus | None
+    bus: GatewayBus | None
     catalog: TaskCatalog
     clock: Clock
     config: GatewayConfig
-    markers: CancelMarkers | None = None
+    markers: CancelRequests | None = None
     registry: CollectorRegistry | None = None
-    live_bus: Bus | None = None
+    live_status: StatusStream | None = None
     metrics: Metrics | None = None
 
 
@@ -165,7 +165,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
     app[LIVE] = LiveStatus(
-        deps.live_bus,
+        deps.live_status,
         replay_concurrency=deps.config.ws_replay_concurrency,
         replay_events_per_s=deps.config.ws_replay_events_per_s,
         metrics=deps.metrics,

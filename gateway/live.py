@@ -1,10 +1,11 @@
 """The live status of one gateway process: one feed of the status stream, fanned out.
 
-:class:`LiveStatus` reads every status event once, through one :class:`bus.status.StatusFeed`
-on the gateway's own live-status NATS connection, and hands each to the WebSocket connections
-of the event's user (:class:`Subscriber`, looked up by the subject's user token, without
-decoding the event). Handing over never waits: a connection whose buffer is full stops taking
-live events and catches up from the stream instead (:mod:`gateway.ws`).
+:class:`LiveStatus` reads every status event once, through one feed of the status stream
+(:class:`core.ports.StatusStream`, on the gateway's own live-status NATS connection), and hands
+each to the WebSocket connections of the event's user (:class:`Subscriber`, looked up by the
+subject's user token, without decoding the event). Handing over never waits: a connection whose
+buffer is full stops taking live events and catches up from the stream instead
+(:mod:`gateway.ws`).
 
 Replays — connections resuming from a ``lastEventId`` or catching up — read the stream through
 :meth:`LiveStatus.replay`, each read holding one of ``replay_concurrency`` slots: the process
@@ -23,10 +24,10 @@ import time
 from typing import Protocol
 
 from actors.metrics import Metrics
-from bus.nats import Bus
-from bus.status import EventBatch, StatusFeed, StatusReader, StoredEvent
 from core.backoff import retry_delay
 from core.errors import BusUnavailable
+from core.live import EventBatch, StoredEvent
+from core.ports import LiveFeed, StatusStream
 from core.ratelimit import TokenBucket
 from core.retry import raise_if_cancelling
 
@@ -61,7 +62,8 @@ class LiveStatus:
     """The feed, the subscribers and the replay slots of one gateway (see module docstring).
 
     Args:
-        bus: the gateway's live-status connection; None runs the gateway without live status.
+        stream: the status stream on the gateway's live-status connection; None runs the
+            gateway without live status.
         replay_concurrency: replay reads in flight at once in this process.
         replay_events_per_s: events per second replays read, all together; 0 for no limit.
         metrics: where the WebSocket gauges and counters live; default: a registry of its own.
@@ -69,14 +71,13 @@ class LiveStatus:
 
     def __init__(
         self,
-        bus: Bus | None,
+        stream: StatusStream | None,
         *,
         replay_concurrency: int = 4,
         replay_events_per_s: float = 0.0,
         metrics: Metrics | None = None,
     ) -> None:
-        self.bus = bus
-        self.reader = StatusReader(bus) if bus is not None else None
+        self.stream = stream
         self.metrics = metrics or Metrics()
         self.position = 0
         """Stream sequence of the last event handed out: every later event is still to come."""
@@ -109,7 +110,7 @@ class LiveStatus:
         Raises:
             BusUnavailable: no NATS, or the stream could not be read within 10 s.
         """
-        if self.bus is None:
+        if self.stream is None:
             raise BusUnavailable("live status needs NATS")
         self._wanted.set()
         try:
@@ -121,17 +122,17 @@ class LiveStatus:
             ) from None
 
     async def replay(self, subject_filter: str, start_seq: int, *, batch: int) -> EventBatch:
-        """One replay read (:meth:`bus.status.StatusReader.read`, at most ``batch`` events), in
+        """One replay read (:meth:`core.ports.StatusStream.read`, at most ``batch`` events), in
         one of the process's replay slots and within its replay budget: waits for both.
 
         Raises:
             BusUnavailable: the read failed.
         """
-        assert self.reader is not None
+        assert self.stream is not None
         async with self._slots:
             if self._budget is not None:
                 await asyncio.sleep(self._budget.reserve(batch, time.monotonic()))
-            result = await self.reader.read(
+            result = await self.stream.read(
                 subject_filter, start_seq, batch=batch, max_bytes=REPLAY_MAX_BYTES
             )
             if self._budget is not None:
@@ -140,23 +141,23 @@ class LiveStatus:
         return result
 
     async def next_on_leader(self, subject_filter: str, start_seq: int) -> StoredEvent | None:
-        """:meth:`bus.status.StatusReader.next_on_leader`."""
-        assert self.reader is not None
-        return await self.reader.next_on_leader(subject_filter, start_seq)
+        """:meth:`core.ports.StatusStream.next_on_leader`."""
+        assert self.stream is not None
+        return await self.stream.next_on_leader(subject_filter, start_seq)
 
     async def run(self) -> None:
         """Read the feed until cancelled, whenever a subscription wants it: it starts on the
         first, and stops after :data:`FEED_IDLE_S` without any. After a NATS failure it resumes
         from :attr:`position` + 1, so subscribers never see a gap."""
-        if self.bus is None:
+        if self.stream is None:
             return
         while True:
             await self._wanted.wait()
-            await self._read_feed(self.bus)
+            await self._read_feed(self.stream)
 
-    async def _read_feed(self, bus: Bus) -> None:
+    async def _read_feed(self, stream: StatusStream) -> None:
         """The feed until it has been idle for :data:`FEED_IDLE_S`."""
-        feed: StatusFeed | None = None
+        feed: LiveFeed | None = None
         failures, idle_since = 0, time.monotonic()
         try:
             while True:
@@ -164,8 +165,8 @@ class LiveStatus:
                 try:
                     if feed is None:
                         if not self._ready.is_set():
-                            self.position = await bus.status_last_seq()
-                        feed = StatusFeed(bus, self.position + 1)
+                            self.position = await stream.status_last_seq()
+                        feed = stream.feed(self.position + 1)
                         self._ready.set()
                     events = await feed.next_batch(FEED_POLL_S)
                     failures = 0

@@ -20,8 +20,6 @@ from typing import TypeVar
 
 import msgspec
 
-from bus.cancel import CancelMarkers
-from bus.nats import Bus
 from core import cron, quotas
 from core import schedule as schedules
 from core.access import Principal
@@ -46,11 +44,14 @@ from core.model import (
 )
 from core.ports import (
     UNCHANGED,
+    CancelRequests,
+    GatewayBus,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
     JobStatusConflict,
     JobStore,
+    ManualDispatch,
 )
 from core.quotas import Quotas, TokenRequest
 from core.runs import manual_run, recorded_event, run_message
@@ -87,7 +88,8 @@ class JobService:
 
     Args:
         store: the job store.
-        bus: NATS (None: no notices, no manual triggers — for store-only tests).
+        bus: the bus (NATS; None: no notices, no events, manual runs recorded but not
+            published — for store-only tests).
         catalog: the tasks a job may name.
         clock: wall clock.
         config: see :class:`ServiceConfig`.
@@ -97,11 +99,11 @@ class JobService:
     def __init__(
         self,
         store: JobStore,
-        bus: Bus | None,
+        bus: GatewayBus | None,
         catalog: TaskCatalog,
         clock: Clock,
         config: ServiceConfig,
-        markers: CancelMarkers | None = None,
+        markers: CancelRequests | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -394,6 +396,12 @@ class JobService:
         """An extra run now, outside the schedule (``trigger: manual``), whatever the policies.
         It counts against the job owner's ``runsPerMinute``.
 
+        It takes the schedulers' dispatch path: recorded by :meth:`JobStore.dispatch` (a
+        :class:`ManualDispatch`, which leaves the job's schedule as it is) with its audit
+        entry, then its QUEUED event and its run message (:mod:`core.runs`) published as a
+        scheduler publishes them. A run whose publish fails stays QUEUED in the store, and the
+        schedulers' re-dispatch sweep sends it.
+
         Raises:
             Forbidden: a read-only token.
             JobStatusConflict: the job is cancelled.
@@ -414,14 +422,9 @@ class JobService:
                 raise quotas.runs_exceeded(self.config.quotas, wait)
         run = manual_run(job, now)
         entry = audit_entry(who, AuditAction.TRIGGERED, job_id, owner, now, execution_id=run.id)
-        await self.store.insert_execution(run, audit=entry)
-        if self.bus is not None:
-            await self.bus.publish_events([recorded_event(run)])
-            [error] = await self.bus.publish_runs([run_message(job, run, now)])
-            if error is not None:
-                log.warning(
-                    "run %s stored; publish failed (%s): re-dispatch will send it", run.id, error
-                )
+        [outcome] = await self.store.dispatch([ManualDispatch(run, audit=entry)])
+        if outcome.advanced:
+            await self._publish_run(job, run, created=outcome.created, now=now)
         log.info("job %s triggered: run %s", job_id, run.id, extra={"job_id": job_id})
         return run
 
@@ -561,6 +564,24 @@ class JobService:
                 )
             ]
         )
+
+    async def _publish_run(self, job: Job, run: Execution, *, created: bool, now: datetime) -> None:
+        """Publish a dispatched run as a scheduler does: its QUEUED event when it was recorded
+        now (first: QUEUED precedes RUNNING), then its message. A failed publish is logged and
+        left to the schedulers' re-dispatch sweep (and to them the re-creation of deleted
+        streams: the gateway's NATS user may not create streams, :mod:`bus.auth`)."""
+        if self.bus is None:
+            return
+        if created:
+            await self.bus.publish_events([recorded_event(run)])
+        [error] = await self.bus.publish_runs([run_message(job, run, now)])
+        if error is not None:
+            log.warning(
+                "run %s stored; publish failed (%s): re-dispatch will send it",
+                run.id,
+                error,
+                extra={"job_id": job.id, "execution_id": run.id},
+            )
 
     async def _mark_cancelled(self, job_id: str) -> None:
         if self.markers is not None:

@@ -40,9 +40,9 @@ from typing import Annotated, Any, Literal, Protocol
 import msgspec
 from aiohttp import WSMsgType, web
 
-from bus.status import EventBatch, StoredEvent
 from core.errors import BusUnavailable, Unauthorized
 from core.ids import owner_key
+from core.live import EventBatch, StoredEvent
 from gateway.auth import user_from_authorization, user_from_token
 from gateway.live import REPLAY_BATCH_EVENTS, LiveStatus
 
@@ -323,7 +323,7 @@ async def websocket(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
     if isinstance(transport, asyncio.WriteTransport):
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-    if live.bus is None or live.reader is None:
+    if live.stream is None:
         await ws.close(code=CLOSE_UNAVAILABLE, message=b"live status needs NATS")
         return ws
     try:
@@ -431,7 +431,7 @@ class _Connection:
             with contextlib.suppress(ConnectionError):
                 await self.ws.close(code=CLOSE_UNAVAILABLE, message=e.message.encode()[:120])
             return
-        assert self.live.bus is not None and self.live.reader is not None and self._tg is not None
+        assert self.live.stream is not None and self._tg is not None
         job_ids = message.job_ids
         start = (message.last_event_id + 1) if message.last_event_id is not None else None
         one_job = job_ids[0] if job_ids is not None and len(set(job_ids)) == 1 else None
@@ -440,7 +440,7 @@ class _Connection:
         follower = Follower(
             self.live,
             self.outbox,
-            subject_filter=self.live.bus.config.status_filter(self.user, one_job),
+            subject_filter=self.live.stream.status_filter(self.user, one_job),
             job_ids=set(job_ids) if job_ids is not None else None,
             start=start,
             stall_s=self.stall_s,

@@ -34,6 +34,7 @@ from bus.cancel import CancelMarkers
 from bus.leases import LeaseBucket
 from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
+from bus.status import LiveStream
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
 from core.egress import EgressPolicy
@@ -547,7 +548,7 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
         gateway_config(settings, secret),
         parts.markers(Connection.GATEWAY),
         parts.metrics.registry,
-        live_bus=parts.buses[Connection.LIVE],
+        live_status=LiveStream(parts.buses[Connection.LIVE]),
         metrics=parts.metrics,
     )
     app = create_app(deps)

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from bus.nats import run_key
 from core.clock import FakeClock
 from core.errors import BusUnavailable, ConsumerMissing, LeaseLost
+from core.ids import owner_key, run_key
+from core.live import EventBatch, StoredEvent
 from core.model import Event, JobNotice, RunMessage, RunsFinished, StatusEvent
 from core.ports import LeaseSnapshot
 
@@ -254,6 +255,9 @@ class FakeBus:
         self._check("runs_in_stream")
         return {e for _, e in runs if e in self.held}
 
+    async def ping(self) -> None:
+        self._check("ping")
+
     async def ensure_streams_quietly(self) -> None:
         self.streams_ensured += 1
 
@@ -375,6 +379,85 @@ class FakeCancelSignals:
             self._watchers.remove(on_marker)
 
 
+class FakeLiveFeed:
+    """One feed of a :class:`FakeStatusStream` from ``next_seq`` on."""
+
+    def __init__(self, stream: FakeStatusStream, start_seq: int) -> None:
+        self.stream = stream
+        self.next_seq = max(1, start_seq)
+        self.closed = False
+
+    async def next_batch(self, timeout_s: float) -> list[StoredEvent]:
+        events = self.stream.events
+        if len(events) < self.next_seq:
+            self.stream.changed.clear()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self.stream.changed.wait()
+            except TimeoutError:
+                return []
+        if self.stream.fail_batches > 0:
+            self.stream.fail_batches -= 1
+            raise BusUnavailable("fake: feed lost")
+        batch = events[self.next_seq - 1 :]
+        self.next_seq = len(events) + 1
+        return batch
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeStatusStream:
+    """The status stream as live clients read it (:class:`core.ports.StatusStream`), in memory:
+    :meth:`append` stores an event on ``p.status.<owner key>.<job id>``.
+
+    Attributes:
+        events: every stored event; an event's sequence is its index + 1.
+        feeds: the start sequence of each feed opened, in order.
+        fail_batches: the next this many feed batches raise BusUnavailable (after waiting).
+    """
+
+    events: list[StoredEvent] = field(default_factory=list)
+    feeds: list[int] = field(default_factory=list)
+    fail_batches: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def append(self, owner: str, job_id: str, data: bytes = b"{}") -> StoredEvent:
+        event = StoredEvent(len(self.events) + 1, f"p.status.{owner_key(owner)}.{job_id}", data)
+        self.events.append(event)
+        self.changed.set()
+        return event
+
+    async def status_last_seq(self) -> int:
+        return len(self.events)
+
+    def feed(self, start_seq: int) -> FakeLiveFeed:
+        self.feeds.append(start_seq)
+        return FakeLiveFeed(self, start_seq)
+
+    def status_filter(self, owner: str, job_id: str | None = None) -> str:
+        return f"p.status.{owner_key(owner)}.{job_id or '>'}"
+
+    def _matching(self, subject_filter: str, start_seq: int) -> list[StoredEvent]:
+        prefix, _, last = subject_filter.rpartition(".")
+        return [
+            e
+            for e in self.events[max(1, start_seq) - 1 :]
+            if (e.subject.startswith(prefix + ".") if last == ">" else e.subject == subject_filter)
+        ]
+
+    async def read(
+        self, subject_filter: str, start_seq: int, *, batch: int, max_bytes: int
+    ) -> EventBatch:
+        found = self._matching(subject_filter, start_seq)
+        return EventBatch(found[:batch], len(found) > batch)
+
+    async def next_on_leader(self, subject_filter: str, start_seq: int) -> StoredEvent | None:
+        found = self._matching(subject_filter, start_seq)
+        return found[0] if found else None
+
+
 @dataclass
 class _Key:
     owner: str
@@ -450,13 +533,24 @@ async def until(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> Non
 
 
 if TYPE_CHECKING:  # the fakes implement the ports (checked by mypy)
-    from core.ports import CancelSignals, Leases, RecorderBus, SchedulerBus, WorkerBus
+    from core.ports import (
+        CancelSignals,
+        GatewayBus,
+        Leases,
+        RecorderBus,
+        SchedulerBus,
+        StatusStream,
+        WorkerBus,
+    )
 
-    def _conforms(bus: FakeBus) -> tuple[SchedulerBus, WorkerBus, RecorderBus]:
-        return bus, bus, bus
+    def _conforms(bus: FakeBus) -> tuple[SchedulerBus, WorkerBus, RecorderBus, GatewayBus]:
+        return bus, bus, bus, bus
 
     def _signals(s: FakeCancelSignals, leases: FakeLeases) -> tuple[CancelSignals, Leases]:
         return s, leases
+
+    def _stream(s: FakeStatusStream) -> StatusStream:
+        return s
 
 
 async def waits(clock: FakeClock, count: int) -> list[float]:

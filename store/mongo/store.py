@@ -23,12 +23,14 @@ from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
+    AnyDispatch,
     Dispatch,
     DispatchOutcome,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
     JobStatusConflict,
+    ManualDispatch,
     PruneResult,
     PruneTarget,
 )
@@ -494,11 +496,12 @@ class MongoStore:
             )
         return self._jobs_of(docs)
 
-    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+    async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
         """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:
 
-        1. insert every execution (unordered; a duplicate key means it existed: not created);
-        2. compare-and-set every job, in order, in one bulk write;
+        1. insert every execution (unordered; a duplicate key means it existed: not created),
+           and the audit entry of each manual run inserted now;
+        2. compare-and-set every job of a scheduled run, in order, in one bulk write;
         3. read the jobs back: a run is ``advanced`` when its job now points past it
            (``lastScheduledFor`` = its scheduled time and ``nextRunAt`` = the Dispatch's
            ``next_run_at``), by this call or by a twin — the SQLite store's rule;
@@ -508,23 +511,34 @@ class MongoStore:
 
         A failure between 1 and 2 leaves a QUEUED execution whose job was not advanced; the
         scheduler's retry of the same dispatch finds it (created=False) and advances the job.
+        A manual run (:class:`ManualDispatch`) has no steps 2 to 4.
         """
         if not runs:
             return []
         inserted = await self._insert_executions([d.execution for d in runs])
-        now = runs[0].execution.created_at
-        with translated("advance jobs"):
-            await self._jobs.bulk_write([advance_op(d, now) for d in runs], ordered=True)
-        advanced = await self._advanced(runs)
+        audits = {
+            d.execution.id: d.audit
+            for d, new in zip(runs, inserted, strict=True)
+            if new and isinstance(d, ManualDispatch) and d.audit is not None
+        }
+        for entry in audits.values():
+            await self._append_audit(audit_record(entry, None, None))
+        scheduled = [d for d in runs if isinstance(d, Dispatch)]
+        cas: list[bool] = []
+        if scheduled:
+            now = scheduled[0].execution.created_at
+            with translated("advance jobs"):
+                await self._jobs.bulk_write([advance_op(d, now) for d in scheduled], ordered=True)
+            cas = await self._advanced(scheduled)
+        advancing = iter(cas)
+        oks = [next(advancing) if isinstance(d, Dispatch) else True for d in runs]
         orphans = [
-            d.execution
-            for d, ok, new in zip(runs, advanced, inserted, strict=True)
-            if new and not ok
+            d.execution for d, ok, new in zip(runs, oks, inserted, strict=True) if new and not ok
         ]
         kept = await self._delete_unchanged(orphans)
         return [
             DispatchOutcome(created=new and (ok or d.execution.id in kept), advanced=ok)
-            for d, ok, new in zip(runs, advanced, inserted, strict=True)
+            for d, ok, new in zip(runs, oks, inserted, strict=True)
         ]
 
     async def _insert_executions(self, executions: Sequence[Execution]) -> list[bool]:

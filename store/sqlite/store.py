@@ -23,12 +23,14 @@ from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
     UNCHANGED,
+    AnyDispatch,
     Dispatch,
     DispatchOutcome,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
     JobStatusConflict,
+    ManualDispatch,
     PruneResult,
     PruneTarget,
 )
@@ -447,9 +449,10 @@ class SqliteStore:
         )
         return self._jobs_of(rows)
 
-    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+    async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
         if not runs:
             return []
+        scheduled = [d for d in runs if isinstance(d, Dispatch)]
         async with self._transaction() as conn:
             now = to_epoch_ms(runs[0].execution.created_at)
             await conn.executemany(
@@ -464,10 +467,11 @@ class SqliteStore:
                         d.execution.job_id,
                         to_epoch_ms(d.expected_next_run_at),
                     )
-                    for d in runs
+                    for d in scheduled
                 ],
             )
-            advanced = await self._advanced(conn, runs)
+            cas = iter(await self._advanced(conn, scheduled) if scheduled else [])
+            oks = [next(cas) if isinstance(d, Dispatch) else True for d in runs]
             ids = [d.execution.id for d in runs]
             existing = {
                 r[0]
@@ -477,11 +481,20 @@ class SqliteStore:
             }
             await conn.executemany(
                 EXECUTION_INSERT,
-                [execution_row(d.execution) for d, ok in zip(runs, advanced, strict=True) if ok],
+                [execution_row(d.execution) for d, ok in zip(runs, oks, strict=True) if ok],
             )
+            audits = {
+                d.execution.id: d.audit
+                for d in runs
+                if isinstance(d, ManualDispatch)
+                and d.audit is not None
+                and d.execution.id not in existing
+            }
+            if audits:
+                await _insert_audit(conn, [audit_record(a, None, None) for a in audits.values()])
         return [
             DispatchOutcome(created=ok and d.execution.id not in existing, advanced=ok)
-            for d, ok in zip(runs, advanced, strict=True)
+            for d, ok in zip(runs, oks, strict=True)
         ]
 
     @staticmethod

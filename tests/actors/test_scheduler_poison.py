@@ -23,7 +23,7 @@ from core.clock import SystemClock
 from core.errors import StoreRejected
 from core.ids import execution_id, partition_of
 from core.model import ExecutionStatus, ImmediateSchedule, Job
-from core.ports import Dispatch, DispatchOutcome
+from core.ports import AnyDispatch, DispatchOutcome
 from jobsched.natsserver import NatsServer
 from store.sqlite import SqliteStore
 
@@ -31,7 +31,7 @@ from store.sqlite import SqliteStore
 class RefusingStore(SqliteStore):
     """SQLite, except that it refuses every dispatch that includes job ``poison``."""
 
-    async def dispatch(self, runs: Sequence[Dispatch]) -> list[DispatchOutcome]:
+    async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
         if any(d.execution.job_id == "poison" for d in runs):
             raise StoreRejected("the store refuses this write (test): poison")
         return await super().dispatch(runs)

@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bus.nats import Bus, BusConfig
-from bus.status import StatusFeed, StatusReader, StoredEvent
+from bus.status import StatusFeed, StatusReader
 from core.errors import BusUnavailable
 from core.ids import owner_key
+from core.live import StoredEvent
 from core.model import JobEvent, JobStatus
 from jobsched.natsserver import NatsServer
 

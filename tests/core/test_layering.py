@@ -61,3 +61,15 @@ def test_no_core_module_imports_an_adapter_library() -> None:
 
 def test_the_check_sees_a_forbidden_import() -> None:
     assert _offending(_loaded_after_importing(["core.model", "aiohttp"])) == ["aiohttp"]
+
+
+ACTORS_AND_GATEWAY = ["actors.scheduler", "actors.worker", "actors.recorder", "gateway.app"]
+
+
+def test_the_actors_and_the_gateway_see_the_bus_only_through_core_ports() -> None:
+    """``jobsched/runtime.py`` wires the NATS adapter in; nothing else of theirs loads it."""
+    loaded = _loaded_after_importing(ACTORS_AND_GATEWAY)
+
+    assert set(ACTORS_AND_GATEWAY) <= set(loaded)
+    roots = {name.partition(".")[0] for name in loaded}
+    assert sorted(roots & {"bus", "nats", "store", "pymongo", "aiosqlite", "jobsched"}) == []

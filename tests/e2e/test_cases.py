@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import nats
 
-from bus.nats import BusConfig, run_key
+from bus.nats import BusConfig
 from core.clock import FakeClock
-from core.ids import execution_id
+from core.ids import execution_id, run_key
 from core.model import ExecutionStatus, RunMessage
 from tests.conftest import SettingsFactory
 from tests.natsauth import observer_url

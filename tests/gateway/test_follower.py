@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from bus.status import EventBatch, StoredEvent
 from core.ids import owner_key
+from core.live import EventBatch, StoredEvent
 from gateway.ws import Follower, Outbox, Stalled
 
 ME, OTHER = owner_key("alice"), owner_key("bob")

@@ -1,9 +1,9 @@
 """The JobStore contract of job control (``core.ports``), run against every backend.
 
 Idempotency keys (``create_job``), conditional changes (``update_job``: pause, resume, cancel,
-PATCH), ``delete_job``, manual runs (``insert_execution``), ``get_executions``, SKIPPED records and
-the scheduling fields of jobs, schedules and executions, and how a run's report treats a paused or
-cancelled job. Same rules as ``test_contract.py``: public methods only, fixed instants.
+PATCH), ``delete_job``, manual runs (``insert_execution``, ``dispatch`` of a ``ManualDispatch``),
+``get_executions``, SKIPPED records and the scheduling fields of jobs, schedules and executions,
+and how a run's report treats a paused or cancelled job. Same rules as ``test_contract.py``: public methods only, fixed instants.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from core.model import (
 )
 from core.ports import (
     UNCHANGED,
+    AnyDispatch,
     Dispatch,
     DispatchOutcome,
     IdempotencyKeyReused,
@@ -42,6 +43,7 @@ from core.ports import (
     JobQuery,
     JobStatusConflict,
     JobStore,
+    ManualDispatch,
 )
 from tests.store.test_contract import (
     MINUTELY,
@@ -715,6 +717,75 @@ async def test_a_skipped_record_is_final(store: JobStore) -> None:
     assert await store.apply_events(late) == 0
 
     assert await store.get_execution(record.id) == record
+
+
+# --- dispatch of manual runs --------------------------------------------------------------------
+
+
+async def test_a_manual_dispatch_records_the_run_and_leaves_the_schedule_alone(
+    store: JobStore,
+) -> None:
+    job = make_job("job-1", next_run_at=at(5))
+    await store.create_job(job)
+    run = manual_run(job, at(2))
+
+    assert await store.dispatch([ManualDispatch(run)]) == [
+        DispatchOutcome(created=True, advanced=True)
+    ]
+    assert await store.dispatch([ManualDispatch(run)]) == [
+        DispatchOutcome(created=False, advanced=True)
+    ]
+
+    assert await store.get_execution(run.id) == run
+    assert (await store.list_executions(OWNER, "job-1", limit=5, cursor=None)).items == [run]
+    assert await store.get_job(OWNER, "job-1") == job  # nextRunAt, runCount… as they were
+    assert [j.id for j in await store.due_jobs({0}, at(5), limit=5)] == ["job-1"]
+    assert await store.stale_executions({0}, at(1000), limit=5) == [run]
+
+
+async def test_a_manual_dispatch_beside_a_chain_of_scheduled_runs_breaks_no_link(
+    store: JobStore,
+) -> None:
+    job = make_job("job-1", next_run_at=at(1))
+    await store.create_job(job)
+    first, second = make_execution(job, at(1)), make_execution(job, at(2))
+    manual = manual_run(job, at(1, seconds=30))
+    batch: list[AnyDispatch] = [
+        Dispatch(first, expected_next_run_at=at(1), next_run_at=at(2)),
+        ManualDispatch(manual),
+        Dispatch(second, expected_next_run_at=at(2), next_run_at=at(3)),
+    ]
+
+    assert await store.dispatch(batch) == [DispatchOutcome(created=True, advanced=True)] * 3
+
+    after = await store.get_job(OWNER, "job-1")
+    assert (after.next_run_at, after.last_scheduled_for, after.run_count) == (at(3), at(2), 2)
+    assert after.last_dispatched_for == at(2)
+    assert {e.id for e in await store.get_executions([first.id, second.id, manual.id])} == {
+        first.id,
+        second.id,
+        manual.id,
+    }
+
+
+async def test_a_manual_run_is_kept_when_a_scheduled_run_of_its_batch_is_not(
+    store: JobStore,
+) -> None:
+    job = make_job("job-1", next_run_at=at(5))
+    await store.create_job(job)
+    late = make_execution(job, at(1))  # the job moved on to 5 meanwhile
+    manual = manual_run(job, at(2))
+
+    outcomes = await store.dispatch(
+        [Dispatch(late, expected_next_run_at=at(1), next_run_at=at(2)), ManualDispatch(manual)]
+    )
+
+    assert outcomes == [
+        DispatchOutcome(created=False, advanced=False),
+        DispatchOutcome(created=True, advanced=True),
+    ]
+    assert await store.get_executions([late.id, manual.id]) == [manual]
+    assert await store.get_job(OWNER, "job-1") == job
 
 
 # --- the job summary of a paused or cancelled job ------------------------------------------------

@@ -18,8 +18,17 @@ from core.access import Principal, Role
 from core.audit import AuditAction, AuditEntry, AuditQuery, AuditRecord, audit_entry
 from core.errors import InvalidRequest
 from core.model import Job, JobStatus
-from core.ports import IdempotencyKeyReused, JobChange, JobQuery, JobStatusConflict, JobStore
+from core.ports import (
+    DispatchOutcome,
+    IdempotencyKeyReused,
+    JobChange,
+    JobQuery,
+    JobStatusConflict,
+    JobStore,
+    ManualDispatch,
+)
 from core.quotas import ACTIVE_JOB_STATUSES, Rate, TokenRequest
+from core.runs import manual_run
 from store.mongo import MongoStore
 from store.sqlite import SqliteStore
 from tests.store.test_contract import T0, at, make_execution, make_job
@@ -155,6 +164,23 @@ async def test_a_trigger_is_recorded_with_its_run_once(store: JobStore) -> None:
     assert not await store.insert_execution(run, audit=triggered)
     [record] = await trail(store, job_id=job.id)
     assert (record.action, record.execution_id) == ("triggered", run.id)
+
+
+async def test_a_manual_dispatch_is_recorded_with_its_audit_entry_once(store: JobStore) -> None:
+    job = make_job(next_run_at=at(5))
+    await store.create_job(job)
+    run = manual_run(job, at(1))
+    triggered = audit_entry(
+        ALICE, AuditAction.TRIGGERED, job.id, "alice", at(1), execution_id=run.id
+    )
+    assert await store.dispatch([ManualDispatch(run, audit=triggered)]) == [
+        DispatchOutcome(created=True, advanced=True)
+    ]
+    assert await store.dispatch([ManualDispatch(run, audit=triggered)]) == [
+        DispatchOutcome(created=False, advanced=True)
+    ]
+    [record] = await trail(store, job_id=job.id)
+    assert (record.action, record.actor, record.execution_id) == ("triggered", "alice", run.id)
 
 
 async def test_the_trail_is_filtered_and_paged_newest_first(store: JobStore) -> None:
