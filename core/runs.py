@@ -24,6 +24,7 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
+from core.ports import DispatchOutcome
 from core.schedule import jitter_ms, schedule_jitter
 
 MANUAL_DISPATCHER = "gateway"
@@ -191,6 +192,21 @@ def recorded_event(run: Execution) -> StatusEvent:
         finished_at=run.finished_at,
         error=run.skip_reason,
     )
+
+
+def dispatched(
+    job: Job, run: Execution, outcome: DispatchOutcome, now: datetime
+) -> tuple[StatusEvent | None, RunMessage | None]:
+    """What to publish for a run the store dispatched (a scheduler's or a manual trigger's): its
+    QUEUED or SKIPPED event if the record was created now (live clients see it once), and its
+    run message if the dispatch took effect and the run is QUEUED. A dispatch that lost its
+    compare-and-set publishes nothing: whoever won publishes. Publish the event first: QUEUED
+    precedes RUNNING."""
+    if not outcome.advanced:
+        return None, None
+    event = recorded_event(run) if outcome.created else None
+    message = run_message(job, run, now) if run.status == ExecutionStatus.QUEUED else None
+    return event, message
 
 
 def poison_event(

@@ -38,7 +38,7 @@ from core.model import (
 )
 from core.ports import Dispatch, DispatchOutcome
 from core.quotas import Quotas, TokenRequest, runs_key
-from core.runs import recorded_event, run_event, run_message
+from core.runs import dispatched, run_event, run_message
 from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
@@ -430,12 +430,13 @@ class Scheduling:
         for (d, job, when), outcome in results:
             if not outcome.advanced:
                 continue
-            if d.execution.status == ExecutionStatus.QUEUED:
-                ready.append((when, run_message(job, d.execution, now)))
+            event, message = dispatched(job, d.execution, outcome, now)
+            if message is not None:
+                ready.append((when, message))
             elif d.execution.skip_reason:
                 skipped.append(d.execution)
-            if outcome.created:
-                events.append(recorded_event(d.execution))
+            if event is not None:
+                events.append(event)
             upcoming[job.id] = (d.next_run_at, job.partition)
         for job_id, (nxt, partition) in upcoming.items():
             if nxt is not None and nxt <= self.window_end:

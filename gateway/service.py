@@ -38,6 +38,8 @@ from core.model import (
     JobPatch,
     JobStatus,
     Page,
+    RunMessage,
+    StatusEvent,
     patched_spec,
     requested_spec,
     spec_values,
@@ -54,7 +56,7 @@ from core.ports import (
     ManualDispatch,
 )
 from core.quotas import Quotas, TokenRequest
-from core.runs import manual_run, recorded_event, run_message
+from core.runs import dispatched, manual_run
 from core.tasks import TaskCatalog, validation_field_error
 from core.values import check_parameters, is_text
 
@@ -423,8 +425,7 @@ class JobService:
         run = manual_run(job, now)
         entry = audit_entry(who, AuditAction.TRIGGERED, job_id, owner, now, execution_id=run.id)
         [outcome] = await self.store.dispatch([ManualDispatch(run, audit=entry)])
-        if outcome.advanced:
-            await self._publish_run(job, run, created=outcome.created, now=now)
+        await self._publish_run(run, *dispatched(job, run, outcome, now))
         log.info("job %s triggered: run %s", job_id, run.id, extra={"job_id": job_id})
         return run
 
@@ -565,22 +566,26 @@ class JobService:
             ]
         )
 
-    async def _publish_run(self, job: Job, run: Execution, *, created: bool, now: datetime) -> None:
-        """Publish a dispatched run as a scheduler does: its QUEUED event when it was recorded
-        now (first: QUEUED precedes RUNNING), then its message. A failed publish is logged and
-        left to the schedulers' re-dispatch sweep (and to them the re-creation of deleted
-        streams: the gateway's NATS user may not create streams, :mod:`bus.auth`)."""
+    async def _publish_run(
+        self, run: Execution, event: StatusEvent | None, message: RunMessage | None
+    ) -> None:
+        """Publish what :func:`core.runs.dispatched` says, as a scheduler does: the event first
+        (QUEUED precedes RUNNING), then the message. A failed publish is logged and left to the
+        schedulers' re-dispatch sweep (and to them the re-creation of deleted streams: the
+        gateway's NATS user may not create streams, :mod:`bus.auth`)."""
         if self.bus is None:
             return
-        if created:
-            await self.bus.publish_events([recorded_event(run)])
-        [error] = await self.bus.publish_runs([run_message(job, run, now)])
+        if event is not None:
+            await self.bus.publish_events([event])
+        if message is None:
+            return
+        [error] = await self.bus.publish_runs([message])
         if error is not None:
             log.warning(
                 "run %s stored; publish failed (%s): re-dispatch will send it",
                 run.id,
                 error,
-                extra={"job_id": job.id, "execution_id": run.id},
+                extra={"job_id": run.job_id, "execution_id": run.id},
             )
 
     async def _mark_cancelled(self, job_id: str) -> None:

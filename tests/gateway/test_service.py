@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.access import Principal, Role
-from core.audit import AuditQuery
+from core.audit import AuditQuery, AuditRecord
 from core.clock import FakeClock
 from core.errors import QuotaExceeded
 from core.model import (
@@ -60,6 +60,13 @@ class Rig:
 
     def run_events(self) -> list[StatusEvent]:
         return [e for e in self.bus.events if isinstance(e, StatusEvent)]
+
+    async def audit_of(self, job_id: str, action: str) -> AuditRecord:
+        """The job's one audit record of ``action`` (records of one instant of the fake clock
+        have no order between them)."""
+        page = await self.store.list_audit(AuditQuery(job_id=job_id), limit=50, cursor=None)
+        [record] = [r for r in page.items if r.action == action]
+        return record
 
     async def job(self) -> tuple[Job, Job]:
         """A recurring job of alice's (next run at 12:01), as created and as stored."""
@@ -127,9 +134,7 @@ async def test_trigger_dispatches_a_manual_run_as_a_scheduled_one_is_dispatched(
         0,
         0,
     )
-    [triggered, _created] = (
-        await rig.store.list_audit(AuditQuery(job_id=before.id), limit=5, cursor=None)
-    ).items
+    triggered = await rig.audit_of(before.id, "triggered")
     assert (triggered.action, triggered.actor, triggered.execution_id) == (
         "triggered",
         "alice",
@@ -143,9 +148,7 @@ async def test_an_admin_triggers_another_users_job_as_themselves(rig: Rig) -> No
     run = await rig.service.trigger(ROOT, job.id)
 
     assert run.owner == "alice"
-    [triggered, _] = (
-        await rig.store.list_audit(AuditQuery(job_id=job.id), limit=5, cursor=None)
-    ).items
+    triggered = await rig.audit_of(job.id, "triggered")
     assert (triggered.actor, triggered.owner) == ("root", "alice")
 
 
