@@ -32,7 +32,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import msgspec
@@ -59,50 +59,13 @@ from core.model import (
     StatusEvent,
 )
 from core.ports import CancelSignals, Dispatch, DispatchOutcome, JobStore, SchedulerBus
-from core.quotas import Quotas, TokenRequest, runs_key
+from core.quotas import TokenRequest, runs_key
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import recorded_event, run_event, run_message
+from core.settings import SchedulerConfig
 from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Scheduler settings.
-
-    Attributes:
-        partitions: number of partitions of the job space (N).
-        scan_interval_s: period of the safety scan of the store (seconds).
-        lookahead_s: how far ahead jobs are loaded into the heap (seconds).
-        redispatch_after_s: an unfinished run untouched this long is re-published if its
-            message is gone from the work stream (seconds).
-        batch: most runs dispatched per store call.
-        heap_limit: most jobs loaded into the heap by one scan.
-        prepare_ahead_s: runs are recorded (job advanced, execution QUEUED) up to this long
-            before they are due, and published at their due time, so that the store write is
-            off the critical path (seconds; 0 = record at the due time). The scheduler wakes
-            when the earliest job is half this far off and then records every job due within
-            all of it, so under load one store transaction covers ~half a lead of runs.
-        duplicate_window_s: the work stream's de-duplication window (seconds). On taking a
-            partition over, its QUEUED runs recorded within half of it are published again
-            under their execution id, which JetStream drops if the first publish happened.
-        drain_s: on :meth:`Scheduler.stop`, how long the runs already prepared may take to be
-            published at their due times before the partitions are handed back anyway
-            (seconds, beyond ``prepare_ahead_s``); the successor publishes what is left.
-        quotas: the per-user limits; the scheduler enforces ``runs_per_minute``.
-    """
-
-    partitions: int = 64
-    scan_interval_s: float = 5.0
-    lookahead_s: float = 30.0
-    redispatch_after_s: float = 60.0
-    batch: int = 500
-    heap_limit: int = 100_000
-    prepare_ahead_s: float = 1.0
-    duplicate_window_s: float = 120.0
-    drain_s: float = 5.0
-    quotas: Quotas = field(default_factory=Quotas)
 
 
 class Scheduler:
@@ -184,8 +147,8 @@ class Scheduler:
         """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal.
 
         On a clean stop the runs already recorded are published at their due times (at most
-        ``prepare_ahead_s + drain_s``) before the partitions are handed back, so a rolling
-        restart delays no run.
+        ``prepare_ahead_seconds + drain_seconds``) before the partitions are handed back, so a
+        rolling restart delays no run.
         """
         sub = await self.bus.subscribe_notices(self._on_notice)
         finished = await self.bus.subscribe_finished(self._on_finished)
@@ -209,7 +172,7 @@ class Scheduler:
     async def _drain(self, publisher: asyncio.Task[None]) -> None:
         """Let the publisher send what is prepared, then return (bounded; see :meth:`run`)."""
         self._prepared_changed.set()
-        limit = self.config.prepare_ahead_s + self.config.drain_s
+        limit = self.config.prepare_ahead_seconds + self.config.drain_seconds
         try:
             async with asyncio.timeout(limit):
                 await asyncio.shield(publisher)
@@ -246,7 +209,7 @@ class Scheduler:
     async def _publisher(self) -> None:
         """Publish prepared runs at their due time, apart from the store work of the main loop.
 
-        Preparing a run (store reads and writes) happens up to ``prepare_ahead_s`` early in
+        Preparing a run (store reads and writes) happens up to ``prepare_ahead_seconds`` early in
         :meth:`_loop`; this task only waits for the earliest prepared run and publishes, so a
         slow store write never delays a run that is already due.
         """
@@ -289,7 +252,7 @@ class Scheduler:
         top = self.heap.peek()
         deadline = self._next_scan
         if top is not None:
-            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_s / 2))
+            deadline = min(deadline, top - timedelta(seconds=self.config.prepare_ahead_seconds / 2))
         due = self.at_due.peek()
         return deadline if due is None else min(deadline, due)
 
@@ -300,8 +263,8 @@ class Scheduler:
         now = self.clock.now()
         if now >= self._next_scan:  # a scan that fails is tried again with the step
             await self._scan()
-            self._next_scan = now + timedelta(seconds=self.config.scan_interval_s)
-        ahead = timedelta(seconds=self.config.prepare_ahead_s)
+            self._next_scan = now + timedelta(seconds=self.config.scan_interval_seconds)
+        ahead = timedelta(seconds=self.config.prepare_ahead_seconds)
         while not self._stopping.is_set():
             now = self.clock.now()
             due = self.at_due.pop_due(now, self.config.batch) or self.heap.pop_due(
@@ -323,7 +286,7 @@ class Scheduler:
         if not owned:
             return
         now = self.clock.now()
-        until = now + timedelta(seconds=self.config.lookahead_s)
+        until = now + timedelta(seconds=self.config.lookahead_seconds)
         jobs = await self.store.due_jobs(owned, until, limit=self.config.heap_limit)
         for job in jobs:
             if job.next_run_at is not None:
@@ -336,7 +299,7 @@ class Scheduler:
     async def _take_over(self, partitions: frozenset[int]) -> None:
         """Publish the runs that a partition's previous owner recorded and may not have sent.
 
-        A scheduler records a run (QUEUED) up to ``prepare_ahead_s`` before its due time and
+        A scheduler records a run (QUEUED) up to ``prepare_ahead_seconds`` before its due time and
         publishes it then; one that died in between left the record without a message. Every
         QUEUED run of ``partitions`` recorded within half the duplicate window is published
         again at its due time under its execution id: if the first publish did happen,
@@ -344,7 +307,7 @@ class Scheduler:
         the work stream first.
         """
         now = self.clock.now()
-        since = now - timedelta(seconds=self.config.duplicate_window_s / 2)
+        since = now - timedelta(seconds=self.config.duplicate_window_seconds / 2)
         until = now + timedelta(minutes=1)  # records of a previous owner whose clock is ahead
         recorded = await self.store.stale_executions(
             partitions, until, limit=self.config.heap_limit, updated_after=since
@@ -469,11 +432,11 @@ class Scheduler:
     async def _plan(self, jobs: list[Job], now: datetime) -> list[tuple[Dispatch, Job, datetime]]:
         """The chain to record for ``jobs``: each entry with its job and publish time.
 
-        A job is planned as of its due time (recorded up to ``prepare_ahead_s`` early). A job
+        A job is planned as of its due time (recorded up to ``prepare_ahead_seconds`` early). A job
         whose previous run still runs is decided at its due time instead, not ahead of it.
         """
         previous = await self._previous_runs(jobs, now)
-        ahead = now + timedelta(seconds=self.config.prepare_ahead_s)
+        ahead = now + timedelta(seconds=self.config.prepare_ahead_seconds)
         decided: list[_Decided] = []
         for job in sorted(jobs, key=lambda j: due_at(j) or now):  # earliest first to the quota
             when = max(now, due_at(job) or now)
@@ -674,7 +637,7 @@ class Scheduler:
         every status event that existed at the first sighting: then no event can still be on its
         way to the store (without a message no worker can be running it), so the run was lost.
         """
-        cutoff = self.clock.now() - timedelta(seconds=self.config.redispatch_after_s)
+        cutoff = self.clock.now() - timedelta(seconds=self.config.resolved_redispatch_after_seconds)
         stale = await self.store.stale_executions(owned, cutoff, limit=self.config.batch)
         in_stream = await self.bus.runs_in_stream((e.queue, e.id) for e in stale)
         absent = [e for e in stale if e.id not in in_stream]
