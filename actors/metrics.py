@@ -464,7 +464,7 @@ class MetricsServer:
 
 
 class QueueDepthMonitor:
-    """Refreshes ``jobsched_queue_depth`` of ``queues`` from JetStream every ``interval_s``
+    """Refreshes ``jobsched_queue_depth`` of ``queues`` from JetStream every ``interval_seconds``
     seconds (an actor; one per scheduler or worker process).
 
     The depth of a queue is its durable consumer's pending plus unacknowledged messages
@@ -475,16 +475,21 @@ class QueueDepthMonitor:
         bus: the work queues' depth (NATS: :class:`bus.nats.Bus`).
         queues: the queues to watch.
         metrics: where the gauge lives.
-        interval_s: seconds between refreshes.
+        interval_seconds: seconds between refreshes.
     """
 
     def __init__(
-        self, bus: QueueDepth, queues: Sequence[str], metrics: Metrics, *, interval_s: float = 5.0
+        self,
+        bus: QueueDepth,
+        queues: Sequence[str],
+        metrics: Metrics,
+        *,
+        interval_seconds: float = 5.0,
     ) -> None:
         self.bus = bus
         self.queues = tuple(queues)
         self.metrics = metrics
-        self.interval_s = interval_s
+        self.interval_seconds = interval_seconds
         self.name = "queue-depth"
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -504,5 +509,5 @@ class QueueDepthMonitor:
                 except BusUnavailable as e:
                     log.debug("depth of queue %s unknown: %s", queue, e)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval_s):
+                async with asyncio.timeout(self.interval_seconds):
                     await self._stop.wait()

@@ -103,7 +103,7 @@ class LeaseOwnership:
         bucket: the lease bucket (opened by :meth:`run`).
         member: this scheduler's id (unique per process).
         partitions: number of partitions (N).
-        ttl_s: lease TTL (seconds); renewals every ``ttl_s / 3``.
+        ttl_seconds: lease TTL (seconds); renewals every ``ttl_seconds / 3``.
         round_s: how often free partitions are looked for (seconds).
         metrics: where fenced and lost leases are counted (``jobsched_lease_losses_total``);
             default: a registry of its own.
@@ -118,7 +118,7 @@ class LeaseOwnership:
         member: str,
         partitions: int,
         *,
-        ttl_s: float,
+        ttl_seconds: float,
         round_s: float = 1.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
@@ -129,8 +129,8 @@ class LeaseOwnership:
         self.bucket = bucket
         self.member = member
         self.partitions = partitions
-        self.ttl_s = ttl_s
-        self.round_s = min(round_s, ttl_s / 3)
+        self.ttl_seconds = ttl_seconds
+        self.round_s = min(round_s, ttl_seconds / 3)
         self._leases: dict[int, _Lease] = {}
         self._stop = asyncio.Event()
         self.members = 1
@@ -188,7 +188,7 @@ class LeaseOwnership:
             sent = self._monotonic()
             revision = await self.bucket.acquire(p, self.member)
             if revision is not None:
-                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
+                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_seconds)
                 gained.add(p)
         if gained:
             log.info(
@@ -209,7 +209,7 @@ class LeaseOwnership:
         regained: set[int] = set()
         try:
             for p, lease in list(self._leases.items()):
-                if now - lease.sent_at < self.ttl_s / 3 and not lease.fenced:
+                if now - lease.sent_at < self.ttl_seconds / 3 and not lease.fenced:
                     continue
                 sent = self._monotonic()
                 try:
@@ -220,7 +220,7 @@ class LeaseOwnership:
                     if not lease.fenced:
                         lost.add(p)
                     continue
-                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_s)
+                self._leases[p] = _Lease(revision, sent, sent + VALIDITY * self.ttl_seconds)
                 if lease.fenced:
                     regained.add(p)
         finally:

@@ -64,7 +64,7 @@ class Recorder:
         bus: the status stream and finished-run notices (NATS: :class:`bus.nats.Bus`).
         store: the job store.
         batch: most events applied per store call.
-        ack_wait_s: the ack wait of the recorders' consumer (seconds); while the store is
+        ack_wait_seconds: the ack wait of the recorders' consumer (seconds); while the store is
             unavailable, in-progress acks keep the batch at least every third of it.
         metrics: where it counts recorded events, failed store writes and dead letters;
             default: a registry of its own.
@@ -79,7 +79,7 @@ class Recorder:
         store: JobStore,
         *,
         batch: int = 512,
-        ack_wait_s: float = 30.0,
+        ack_wait_seconds: float = 30.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         timer: Clock | None = None,
@@ -88,7 +88,7 @@ class Recorder:
         self.bus = bus
         self.store = store
         self.batch = batch
-        max_pause_s = min(5.0, ack_wait_s / 3)
+        max_pause_s = min(5.0, ack_wait_seconds / 3)
         self._store_retry = RetryPolicy(first_s=min(0.2, max_pause_s), max_s=max_pause_s)
         self.name = "recorder"
         self.ready = asyncio.Event()

@@ -29,44 +29,20 @@ import collections
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from actors.metrics import Metrics
 from actors.ownership import Ownership
 from core.clock import Clock
 from core.errors import StoreRejected, StoreUnavailable
-from core.history import Retention, prune_target
+from core.history import prune_target
 from core.ids import partition_of
 from core.model import Job, RunsFinished
 from core.ports import JobStore, Notices, PruneResult, PruneTarget
 from core.retry import raise_if_cancelling
+from core.settings import RetentionConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionConfig:
-    """Pruner settings.
-
-    Attributes:
-        default: the deployment's retention (``JOBSCHED_HISTORY_LIMIT``,
-            ``JOBSCHED_HISTORY_MAX_AGE_SECONDS``) for jobs without their own.
-        partitions: number of partitions (N), to tell which notices are about owned jobs.
-        sweep_interval_s: how often every job of the owned partitions is visited (seconds).
-        batch: most runs one store call deletes.
-        jobs_per_step: most jobs one store call visits (marked ones, or a sweep page).
-        max_marked: most jobs marked at once; further marks are dropped (the sweep finds them).
-        ownership_check_s: how often the pruner looks for partitions it gained (seconds).
-    """
-
-    default: Retention = field(default_factory=Retention)
-    partitions: int = 64
-    sweep_interval_s: float = 3600.0
-    batch: int = 500
-    jobs_per_step: int = 100
-    max_marked: int = 10_000
-    ownership_check_s: float = 30.0
 
 
 class Pruner:
@@ -157,7 +133,7 @@ class Pruner:
         now = self.clock.now()
         if not self.idle:
             return now
-        check = now + timedelta(seconds=self.config.ownership_check_s)
+        check = now + timedelta(seconds=self.config.ownership_check_seconds)
         return min(self._cycle_due, check)
 
     async def _pause(self, seconds: float) -> None:
@@ -189,7 +165,7 @@ class Pruner:
             except StoreRejected as e:  # refused for good: left to the next sweep, no loop
                 log.error("%s: the store refuses to prune %d job(s): %s", self.name, len(ids), e)
         if now >= self._cycle_due:
-            self._cycle_due = now + timedelta(seconds=self.config.sweep_interval_s)
+            self._cycle_due = now + timedelta(seconds=self.config.sweep_interval_seconds)
             self._swept.clear()
             self._cursor = None
         partition = self._sweep_partition()

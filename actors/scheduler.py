@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
@@ -55,49 +54,11 @@ from core.model import (
     StatusEvent,
 )
 from core.ports import CancelSignals, Dispatch, DispatchOutcome, JobStore, SchedulerBus
-from core.quotas import Quotas
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.scheduling import Decided, Scheduling, previous_lookups, stream_checks
+from core.settings import SchedulerConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Scheduler settings.
-
-    Attributes:
-        partitions: number of partitions of the job space (N).
-        scan_interval_s: period of the safety scan of the store (seconds).
-        lookahead_s: how far ahead jobs are loaded into the heap (seconds).
-        redispatch_after_s: an unfinished run untouched this long is re-published if its
-            message is gone from the work stream (seconds).
-        batch: most runs dispatched per store call.
-        heap_limit: most jobs loaded into the heap by one scan.
-        prepare_ahead_s: runs are recorded (job advanced, execution QUEUED) up to this long
-            before they are due, and published at their due time, so that the store write is
-            off the critical path (seconds; 0 = record at the due time). The scheduler wakes
-            when the earliest job is half this far off and then records every job due within
-            all of it, so under load one store transaction covers ~half a lead of runs.
-        duplicate_window_s: the work stream's de-duplication window (seconds). On taking a
-            partition over, its QUEUED runs recorded within half of it are published again
-            under their execution id, which JetStream drops if the first publish happened.
-        drain_s: on :meth:`Scheduler.stop`, how long the runs already prepared may take to be
-            published at their due times before the partitions are handed back anyway
-            (seconds, beyond ``prepare_ahead_s``); the successor publishes what is left.
-        quotas: the per-user limits; the scheduler enforces ``runs_per_minute``.
-    """
-
-    partitions: int = 64
-    scan_interval_s: float = 5.0
-    lookahead_s: float = 30.0
-    redispatch_after_s: float = 60.0
-    batch: int = 500
-    heap_limit: int = 100_000
-    prepare_ahead_s: float = 1.0
-    duplicate_window_s: float = 120.0
-    drain_s: float = 5.0
-    quotas: Quotas = field(default_factory=Quotas)
 
 
 class Scheduler:
@@ -146,19 +107,7 @@ class Scheduler:
         self.name = f"scheduler[{scheduler_id}]"
         self.ownership = ownership or StaticOwnership(frozenset(range(config.partitions)))
         self.ready = asyncio.Event()
-        self.state = Scheduling(
-            clock.now(),
-            scheduler_id=scheduler_id,
-            lookahead_s=self.config.lookahead_s,
-            scan_interval_s=self.config.scan_interval_s,
-            prepare_ahead_s=self.config.prepare_ahead_s,
-            batch=self.config.batch,
-            heap_limit=self.config.heap_limit,
-            duplicate_window_s=self.config.duplicate_window_s,
-            redispatch_after_s=self.config.redispatch_after_s,
-            quotas=self.config.quotas,
-            name=self.name,
-        )
+        self.state = Scheduling(clock.now(), config, scheduler_id=scheduler_id, name=self.name)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._prepared_changed = asyncio.Event()
@@ -208,7 +157,7 @@ class Scheduler:
     async def _drain(self, publisher: asyncio.Task[None]) -> None:
         """Let the publisher send what is prepared, then return (bounded; see :meth:`run`)."""
         self._prepared_changed.set()
-        limit = self.config.prepare_ahead_s + self.config.drain_s
+        limit = self.config.prepare_ahead_seconds + self.config.drain_seconds
         try:
             async with asyncio.timeout(limit):
                 await asyncio.shield(publisher)

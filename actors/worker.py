@@ -22,7 +22,6 @@ import collections
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,38 +38,11 @@ from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import poison_event, run_event
+from core.settings import WorkerConfig
 from core.tasks import TaskCatalog, TaskContext, TaskError, TaskSpec
 from core.values import storable_event
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    """Worker settings.
-
-    Attributes:
-        worker_id: name recorded on every run this worker executes.
-        queues: work queues to consume.
-        concurrency: runs executed at once (io tasks; cpu tasks also wait for a pool slot).
-        cpu_slots: processes of the cpu pool; 0 = one per core.
-        ack_wait_s: the consumer's ack wait; in-progress acks go out every third of it.
-        backoff_s / backoff_max_s: first and largest retry delay (seconds).
-        data_dir, secrets_dir, allowed_networks: passed to tasks (:class:`core.tasks.TaskContext`).
-        drain_timeout_s: on stop, how long in-flight runs may finish before they are handed back.
-    """
-
-    worker_id: str
-    queues: tuple[str, ...] = ("default",)
-    concurrency: int = 64
-    cpu_slots: int = 0
-    ack_wait_s: float = 30.0
-    backoff_s: float = 1.0
-    backoff_max_s: float = 300.0
-    data_dir: str = "./data"
-    secrets_dir: str = ""
-    allowed_networks: tuple[str, ...] = ()
-    drain_timeout_s: float = 30.0
 
 
 PULL_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
@@ -118,7 +90,8 @@ class Worker:
         self.catalog = catalog
         self.clock = clock
         self.config = config
-        self.name = f"worker[{config.worker_id}]"
+        self._allowed_networks = tuple(str(n) for n in config.egress.allowed)
+        self.name = f"worker[{config.resolved_worker_id}]"
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self._active = 0
@@ -228,10 +201,12 @@ class Worker:
                 "%s draining %d run(s) for up to %g s",
                 self.name,
                 len(tasks),
-                self.config.drain_timeout_s,
+                self.config.drain_timeout_seconds,
             )
         finished = asyncio.ensure_future(
-            asyncio.wait(tasks, timeout=self.config.drain_timeout_s) if tasks else asyncio.sleep(0)
+            asyncio.wait(tasks, timeout=self.config.drain_timeout_seconds)
+            if tasks
+            else asyncio.sleep(0)
         )
         try:
             await asyncio.gather(*(c.quiesce() for c in consumers))
@@ -330,9 +305,9 @@ class Worker:
             run.job_id,
             attempt,
             run.scheduled_for,
-            self.config.data_dir,
-            self.config.secrets_dir,
-            self.config.allowed_networks,
+            self.config.resolved_data_dir,
+            self.config.resolved_secrets_dir,
+            self._allowed_networks,
         )
         began = time.perf_counter()
         try:
@@ -434,7 +409,9 @@ class Worker:
         retryable = not isinstance(e, TaskError) or e.retryable
         if retryable and attempt < run.max_attempts:
             delay = retry_delay(
-                attempt, base_s=self.config.backoff_s, max_s=self.config.backoff_max_s
+                attempt,
+                base_s=self.config.retry_backoff_seconds,
+                max_s=self.config.retry_backoff_max_seconds,
             )
             if isinstance(e, TaskError) and e.retry_after_s is not None:
                 delay = max(delay, min(e.retry_after_s, RETRY_AFTER_MAX_S))
@@ -493,7 +470,7 @@ class Worker:
                 exec_id,
                 attempt=d.num_delivered,
                 at=self.clock.now(),
-                worker_id=self.config.worker_id,
+                worker_id=self.config.resolved_worker_id,
                 error=error,
             )
         if event is not None:
@@ -512,7 +489,7 @@ class Worker:
             at=started or self.clock.now(),
             published_at=run.published_at,
             started_at=started,
-            worker_id=self.config.worker_id,
+            worker_id=self.config.resolved_worker_id,
         )
 
     async def _report(self, event: StatusEvent) -> None:
@@ -546,7 +523,7 @@ class Worker:
             )
 
     async def _keep_alive(self, d: Delivery) -> None:
-        period = self.config.ack_wait_s / 3
+        period = self.config.ack_wait_seconds / 3
         while True:
             raise_if_cancelling()
             await asyncio.sleep(period)

@@ -81,7 +81,7 @@ async def crash(scenario: str, c: Cluster, nats: NatsServer | NatsCluster) -> An
     if scenario == "scheduler":
         return c.kill("s1")
     assert isinstance(nats, NatsCluster)
-    prefix = c.settings.subject_prefix
+    prefix = c.settings.nats.subject_prefix
     leader = await nats.leader_of(f"KV_{prefix}_leases")
     await nats.move_leader(f"{prefix.upper()}_WORK", leader)
     killed_at = now()
@@ -97,7 +97,7 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
                 c.start("scheduler", "s1")
                 c.start("scheduler", "s2")
                 c.start("worker", "w1")
-                ttl = settings.lease_ttl_seconds
+                ttl = settings.scheduler.lease_ttl_seconds
                 await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
                 start = now() + timedelta(seconds=3)
                 jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
@@ -122,7 +122,7 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
         if r.published_at and r.scheduled_for >= killed_at and r.status == "SUCCEEDED"
     ]
     return {
-        "ttl": settings.lease_ttl_seconds,
+        "ttl": settings.scheduler.lease_ttl_seconds,
         "delays": delays,
         "published": published,
         "failover": _failover(runs, killed_at) if scenario == "scheduler" else None,

@@ -54,13 +54,13 @@ class LeaseBucket:
 
     Args:
         bus: connected NATS adapter.
-        ttl_s: lease TTL (seconds): the bucket's ``max_age``.
+        ttl_seconds: lease TTL (seconds): the bucket's ``max_age``.
         replicas: JetStream replicas of the bucket.
     """
 
-    def __init__(self, bus: Bus, *, ttl_s: float, replicas: int = 1) -> None:
+    def __init__(self, bus: Bus, *, ttl_seconds: float, replicas: int = 1) -> None:
         self.bus = bus
-        self.ttl_s = ttl_s
+        self.ttl_seconds = ttl_seconds
         self.replicas = replicas
         self.name = f"{bus.config.prefix}_leases"
         self._kv: KeyValue | None = None
@@ -72,7 +72,7 @@ class LeaseBucket:
                 KeyValueConfig(
                     bucket=self.name,
                     history=1,
-                    ttl=self.ttl_s,
+                    ttl=self.ttl_seconds,
                     storage=StorageType.FILE,
                     replicas=self.replicas,
                 )

@@ -87,13 +87,13 @@ class BusConfig:
     Attributes:
         servers: NATS server URLs.
         prefix: first subject token and stream-name prefix.
-        ack_wait_s: ack wait of the work consumers (seconds).
-        recorder_ack_wait_s: ack wait of the recorder's consumer of the status stream (seconds):
-            a batch of events not acknowledged this long after its delivery (nor kept by an
-            in-progress ack) is delivered again, to any recorder.
+        ack_wait_seconds: ack wait of the work consumers (seconds).
+        recorder_ack_wait_seconds: ack wait of the recorder's consumer of the status stream
+            (seconds): a batch of events not acknowledged this long after its delivery (nor kept
+            by an in-progress ack) is delivered again, to any recorder.
         max_deliver: max deliveries of the work consumers.
-        duplicate_window_s: de-duplication window of the work stream (seconds).
-        status_retention_s: max age of status events (seconds).
+        duplicate_window_seconds: de-duplication window of the work stream (seconds).
+        status_retention_seconds: max age of status events (seconds).
         replicas: stream replicas (1 for a single server, 3 in a cluster).
         credentials: the NATS user of this connection (:mod:`bus.auth`); None: anonymous.
             Its replies arrive on its own inbox prefix ``_INBOX_<user>``.
@@ -105,11 +105,11 @@ class BusConfig:
 
     servers: list[str]
     prefix: str = "jobsched"
-    ack_wait_s: float = 30.0
-    recorder_ack_wait_s: float = 30.0
+    ack_wait_seconds: float = 30.0
+    recorder_ack_wait_seconds: float = 30.0
     max_deliver: int = 20
-    duplicate_window_s: float = 120.0
-    status_retention_s: float = 86400.0
+    duplicate_window_seconds: float = 120.0
+    status_retention_seconds: float = 86400.0
     replicas: int = 1
     credentials: Credentials | None = None
     tls: ssl.SSLContext | None = None
@@ -609,7 +609,7 @@ class Bus:
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,
-            duplicate_window=c.duplicate_window_s,
+            duplicate_window=c.duplicate_window_seconds,
             num_replicas=c.replicas,
         )
         status = StreamConfig(
@@ -617,8 +617,8 @@ class Bus:
             subjects=[f"{c.prefix}.status.>"],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
-            max_age=c.status_retention_s,
-            duplicate_window=min(120.0, c.status_retention_s),
+            max_age=c.status_retention_seconds,
+            duplicate_window=min(120.0, c.status_retention_seconds),
             num_replicas=c.replicas,
             allow_direct=True,
         )
@@ -670,7 +670,7 @@ class Bus:
             filter_subject=c.work_filter(queue),
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
-            ack_wait=c.ack_wait_s,
+            ack_wait=c.ack_wait_seconds,
             max_deliver=c.max_deliver,
             max_ack_pending=20_000,
             max_waiting=512,
@@ -687,7 +687,7 @@ class Bus:
             filter_subject=f"{c.prefix}.status.>",
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
-            ack_wait=c.recorder_ack_wait_s,
+            ack_wait=c.recorder_ack_wait_seconds,
             max_ack_pending=20_000,
             max_waiting=512,
         )

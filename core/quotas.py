@@ -24,6 +24,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Annotated
+
+import msgspec
 
 from core import cron
 from core.errors import FieldError, InvalidRequest, QuotaExceeded
@@ -48,24 +51,23 @@ class Rate:
     capacity: float
 
 
-@dataclass(frozen=True, slots=True)
-class Quotas:
+class Quotas(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The per-user limits of a deployment; 0 turns a limit off.
 
     Attributes:
         active_jobs: most SCHEDULED, RUNNING or PAUSED jobs per user.
-        min_interval_s: smallest interval between two runs of a job (seconds).
+        min_interval_seconds: smallest interval between two runs of a job (seconds).
         creates_per_second / creates_burst: job creations per user and second, sustained and at
             once (a token bucket of ``creates_burst`` tokens).
         runs_per_minute: runs started per user and minute (a token bucket of that many tokens
             refilled at that many per minute: a minute's worth at once, then the rate).
     """
 
-    active_jobs: int = 10_000
-    min_interval_s: float = 1.0
-    creates_per_second: float = 50.0
-    creates_burst: int = 100
-    runs_per_minute: int = 6_000
+    active_jobs: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    min_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 1.0
+    creates_per_second: Annotated[float, msgspec.Meta(ge=0)] = 50.0
+    creates_burst: Annotated[int, msgspec.Meta(ge=1)] = 100
+    runs_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 6_000
 
     @property
     def creates(self) -> Rate | None:
@@ -81,7 +83,11 @@ class Quotas:
 
 
 UNLIMITED = Quotas(
-    active_jobs=0, min_interval_s=0.0, creates_per_second=0.0, creates_burst=0, runs_per_minute=0
+    active_jobs=0,
+    min_interval_seconds=0.0,
+    creates_per_second=0.0,
+    creates_burst=0,
+    runs_per_minute=0,
 )
 
 
@@ -216,7 +222,7 @@ def check_schedule(quotas: Quotas, schedule: Schedule, now: datetime) -> None:
     Raises:
         InvalidRequest: on ``schedule.everySeconds`` or ``schedule.expression``.
     """
-    floor = quotas.min_interval_s
+    floor = quotas.min_interval_seconds
     if floor <= 0:
         return
     reason = f"must be at least {floor:g} s apart in this deployment (its smallest interval)"

@@ -37,8 +37,9 @@ from core.model import (
     StatusEvent,
 )
 from core.ports import Dispatch, DispatchOutcome
-from core.quotas import Quotas, TokenRequest, runs_key
+from core.quotas import TokenRequest, runs_key
 from core.runs import dispatched, run_event, run_message
+from core.settings import SchedulerConfig
 from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
@@ -102,43 +103,36 @@ class Scheduling:
 
     Args:
         now: the wall-clock time it starts at: the first scan is due then.
+        config: the scheduler's settings section: ``lookahead_seconds`` (how far ahead a scan
+            loads jobs), ``scan_interval_seconds`` (the safety scan's period),
+            ``prepare_ahead_seconds`` (runs are recorded up to this long before they are due),
+            ``batch`` (most jobs one :meth:`due` hands out), ``heap_limit`` (most jobs one scan
+            loads; a full scan shortens the window), ``duplicate_window_seconds`` (the work
+            stream's de-duplication window), ``resolved_redispatch_after_seconds`` (an unfinished
+            run untouched this long is a re-dispatch candidate), ``quotas`` (the runs-per-minute
+            quota applies here).
         scheduler_id: recorded on the runs it dispatches.
-        lookahead_s: how far ahead a scan loads jobs (seconds).
-        scan_interval_s: period of the safety scan (seconds).
-        prepare_ahead_s: runs are recorded up to this long before they are due (seconds).
-        batch: most jobs handed out by one :meth:`due`.
-        heap_limit: most jobs loaded by one scan (a full scan shortens the window).
-        duplicate_window_s: the work stream's de-duplication window (seconds).
-        redispatch_after_s: an unfinished run untouched this long is a re-dispatch candidate.
-        quotas: the per-user limits; the runs-per-minute quota applies here.
         name: the scheduler's name, in log lines.
     """
 
     def __init__(
         self,
         now: datetime,
+        config: SchedulerConfig,
         *,
         scheduler_id: str,
-        lookahead_s: float,
-        scan_interval_s: float,
-        prepare_ahead_s: float,
-        batch: int,
-        heap_limit: int,
-        duplicate_window_s: float,
-        redispatch_after_s: float,
-        quotas: Quotas | None = None,
         name: str = "scheduler",
     ) -> None:
         self.scheduler_id = scheduler_id
         self.name = name
-        self.lookahead = timedelta(seconds=lookahead_s)
-        self.scan_interval = timedelta(seconds=scan_interval_s)
-        self.ahead = timedelta(seconds=prepare_ahead_s)
-        self.batch = batch
-        self.heap_limit = heap_limit
-        self.duplicate_window = timedelta(seconds=duplicate_window_s)
-        self.redispatch_after = timedelta(seconds=redispatch_after_s)
-        self.quotas = quotas or Quotas()
+        self.lookahead = timedelta(seconds=config.lookahead_seconds)
+        self.scan_interval = timedelta(seconds=config.scan_interval_seconds)
+        self.ahead = timedelta(seconds=config.prepare_ahead_seconds)
+        self.batch = config.batch
+        self.heap_limit = config.heap_limit
+        self.duplicate_window = timedelta(seconds=config.duplicate_window_seconds)
+        self.redispatch_after = timedelta(seconds=config.resolved_redispatch_after_seconds)
+        self.quotas = config.quotas
         self.runs_quota = self.quotas.runs
         self.heap = FireHeap()
         """Jobs of the lookahead window by due time; recorded up to ``prepare_ahead_s`` early."""

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -42,14 +42,14 @@ from core.model import (
     JobStatus,
 )
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, StatusStream
-from core.quotas import Quotas
+from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from gateway.auth import principal_from_authorization
 from gateway.http_metrics import http_metrics_middleware
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
-from gateway.service import JobService, ServiceConfig
+from gateway.service import JobService
 from gateway.ws import websocket
 
 log = logging.getLogger(__name__)
@@ -61,36 +61,6 @@ encoder = msgspec.json.Encoder()
 job_create_decoder = msgspec.json.Decoder(JobCreate)
 job_patch_decoder = msgspec.json.Decoder(JobPatch)
 MAX_PREVIEW = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayConfig:
-    """Gateway settings.
-
-    Attributes:
-        auth_secret: HS256 key of bearer tokens.
-        partitions: number of partitions (to assign a new job its partition).
-        max_body_bytes: largest accepted request body.
-        max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
-        ws_buffer_events: frames held in memory per WebSocket client.
-        ws_stall_s: a WebSocket client that takes nothing for this many seconds while events wait
-            for it is disconnected (slow consumer, 4008).
-        ws_replay_concurrency: replay reads of the status stream in flight at once, for all
-            WebSocket clients of the process together.
-        ws_replay_events_per_s: events per second replays read, all clients together (0: no
-            limit).
-        quotas: the per-user limits (:class:`core.quotas.Quotas`).
-    """
-
-    auth_secret: str
-    partitions: int = 64
-    max_body_bytes: int = 64 * 1024
-    max_attempts_limit: int = 20
-    ws_buffer_events: int = 1000
-    ws_stall_s: float = 5.0
-    ws_replay_concurrency: int = 4
-    ws_replay_events_per_s: float = 5000.0
-    quotas: Quotas = field(default_factory=Quotas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +112,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
         deps.bus,
         deps.catalog,
         deps.clock,
-        ServiceConfig(
-            partitions=deps.config.partitions,
-            max_attempts_limit=deps.config.max_attempts_limit,
-            quotas=deps.config.quotas,
-        ),
+        deps.config,
         deps.markers,
     )
     app.router.add_post("/jobs", create_job)
@@ -167,7 +133,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app[LIVE] = LiveStatus(
         deps.live_status,
         replay_concurrency=deps.config.ws_replay_concurrency,
-        replay_events_per_s=deps.config.ws_replay_events_per_s,
+        replay_events_per_second=deps.config.ws_replay_events_per_second,
         metrics=deps.metrics,
     )
     app.cleanup_ctx.append(_live_status_feed)
@@ -517,7 +483,7 @@ async def live_status(request: web.Request) -> web.StreamResponse:
         live=request.app[LIVE],
         secret=deps.config.auth_secret,
         max_buffer=deps.config.ws_buffer_events,
-        stall_s=deps.config.ws_stall_s,
+        stall_seconds=deps.config.ws_stall_seconds,
     )
 
 

@@ -11,7 +11,7 @@ Replays — connections resuming from a ``lastEventId`` or catching up — read 
 :meth:`LiveStatus.replay`, each read holding one of ``replay_concurrency`` slots: the process
 never has more than ``replay_concurrency`` replay reads (each at most
 :data:`REPLAY_BATCH_EVENTS` events and :data:`REPLAY_MAX_BYTES` bytes) in flight, however many
-clients replay; and they read at most ``replay_events_per_s`` events per second together (a
+clients replay; and they read at most ``replay_events_per_second`` events per second together (a
 token bucket), which bounds the CPU replays take from the other roles of the process. A read
 over either limit waits for its turn; none is refused.
 """
@@ -65,7 +65,7 @@ class LiveStatus:
         stream: the status stream on the gateway's live-status connection; None runs the
             gateway without live status.
         replay_concurrency: replay reads in flight at once in this process.
-        replay_events_per_s: events per second replays read, all together; 0 for no limit.
+        replay_events_per_second: events per second replays read, all together; 0 for no limit.
         metrics: where the WebSocket gauges and counters live; default: a registry of its own.
     """
 
@@ -74,7 +74,7 @@ class LiveStatus:
         stream: StatusStream | None,
         *,
         replay_concurrency: int = 4,
-        replay_events_per_s: float = 0.0,
+        replay_events_per_second: float = 0.0,
         metrics: Metrics | None = None,
     ) -> None:
         self.stream = stream
@@ -84,9 +84,9 @@ class LiveStatus:
         self._subscribers: dict[str, set[Subscriber]] = {}
         self._slots = asyncio.Semaphore(replay_concurrency)
         self._budget: TokenBucket | None = None
-        if replay_events_per_s > 0:
-            burst = max(REPLAY_BATCH_EVENTS, replay_events_per_s / 10)
-            self._budget = TokenBucket(replay_events_per_s, burst, time.monotonic())
+        if replay_events_per_second > 0:
+            burst = max(REPLAY_BATCH_EVENTS, replay_events_per_second / 10)
+            self._budget = TokenBucket(replay_events_per_second, burst, time.monotonic())
         self._wanted = asyncio.Event()
         self._ready = asyncio.Event()
         self.metrics.ws_catching_up.set_function(self._catching_up)

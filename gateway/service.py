@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
@@ -55,8 +54,9 @@ from core.ports import (
     JobStore,
     ManualDispatch,
 )
-from core.quotas import Quotas, TokenRequest
+from core.quotas import TokenRequest
 from core.runs import dispatched, manual_run
+from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from core.values import check_parameters, is_text
 
@@ -70,21 +70,6 @@ COUNTS_KEPT = 10_000
 """Owners whose latest active-jobs count a gateway remembers (least recently used dropped)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceConfig:
-    """Settings of the job service.
-
-    Attributes:
-        partitions: number of partitions (to assign a new job its partition).
-        max_attempts_limit: the work consumers' max deliveries; ``maxAttempts`` may not exceed it.
-        quotas: the per-user limits.
-    """
-
-    partitions: int = 64
-    max_attempts_limit: int = 20
-    quotas: Quotas = field(default_factory=Quotas)
-
-
 class JobService:
     """Create, read, change and control jobs (see module docstring).
 
@@ -94,7 +79,8 @@ class JobService:
             published — for store-only tests).
         catalog: the tasks a job may name.
         clock: wall clock.
-        config: see :class:`ServiceConfig`.
+        config: the gateway's settings (:class:`core.settings.GatewayConfig`): ``partitions``,
+            ``max_deliver``, ``quotas``.
         markers: cancellation markers (None: cancelling does not reach running runs).
     """
 
@@ -104,7 +90,7 @@ class JobService:
         bus: GatewayBus | None,
         catalog: TaskCatalog,
         clock: Clock,
-        config: ServiceConfig,
+        config: GatewayConfig,
         markers: CancelRequests | None = None,
     ) -> None:
         self.store = store
@@ -189,9 +175,9 @@ class JobService:
         )
 
     def _check_attempts(self, max_attempts: int) -> None:
-        if max_attempts > self.config.max_attempts_limit:
+        if max_attempts > self.config.max_deliver:
             raise InvalidRequest(
-                FieldError("maxAttempts", f"must be at most {self.config.max_attempts_limit} here")
+                FieldError("maxAttempts", f"must be at most {self.config.max_deliver} here")
             )
 
     async def _check_create_quotas(self, owner: str) -> None:

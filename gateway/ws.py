@@ -22,7 +22,7 @@ connection that resumes from a ``lastEventId``, or whose outbox is full when a l
 last, each read holding one of the process's ``replay_concurrency`` replay slots, and then
 rejoins the live feed without a gap or a duplicate (:class:`Follower`). So a client is served at
 its own pace and never costs the process more than its outbox; a client that takes nothing for
-``stall_s`` seconds while events wait for it is closed with code 4008 ("slow consumer";
+``stall_seconds`` seconds while events wait for it is closed with code 4008 ("slow consumer";
 reconnect with the last event id), and nobody else is slowed.
 """
 
@@ -310,7 +310,7 @@ async def websocket(
     live: LiveStatus,
     secret: str,
     max_buffer: int = 1000,
-    stall_s: float = 5.0,
+    stall_seconds: float = 5.0,
 ) -> web.WebSocketResponse:
     """Serve one WebSocket connection (see module docstring)."""
     ws = web.WebSocketResponse(
@@ -334,7 +334,7 @@ async def websocket(
     except (ValueError, msgspec.DecodeError, RecursionError, TimeoutError) as e:
         await ws.close(code=CLOSE_BAD_REQUEST, message=str(e).encode()[:120])
         return ws
-    connection = _Connection(ws, live, user, max_buffer, stall_s, request.transport)
+    connection = _Connection(ws, live, user, max_buffer, stall_seconds, request.transport)
     live.metrics.ws_connections.inc()
     try:
         await connection.serve(first)

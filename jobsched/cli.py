@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import msgspec
 from click.shell_completion import get_completion_class
 
 from bus import natsconf
@@ -119,8 +118,8 @@ def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
     the running one, and touches none of its files.
     """
     settings = _settings(data_dir=str(data_dir) if data_dir else None, http_port=port)
-    if not settings.scheduler_id:
-        settings = msgspec.structs.replace(settings, scheduler_id=f"dev-{os.uname().nodename}")
+    if not settings.scheduler.scheduler_id:
+        settings = settings.changed(scheduler_id=f"dev-{os.uname().nodename}")
     configure_logging(settings.log_format, settings.log_level)
     data = Path(settings.data_dir).resolve()
     try:
@@ -148,9 +147,9 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
     connections; API clients connect with their bearer token, admitted by this gateway's auth
     callout (:mod:`bus.callout`) with permissions of their own."""
     creds = data / DEV_CREDENTIALS
-    _, block, seed_file = callout_config(creds, settings.subject_prefix, settings.queue_names)
-    settings = msgspec.structs.replace(
-        settings,
+    prefix, queues = settings.nats.subject_prefix, settings.worker.queues
+    _, block, seed_file = callout_config(creds, prefix, queues)
+    settings = settings.changed(
         nats_credentials_dir=str(creds),
         nats_credentials_file="",
         nats_callout_issuer_seed_file=str(seed_file),
@@ -159,7 +158,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
         binary,
         data / "nats",
         log_file=data / "nats-server.log",
-        sync_interval=settings.nats_sync_interval,
+        sync_interval=settings.nats.sync_interval,
         authorization=block,
     )
     (data / DEV_FILE).unlink(missing_ok=True)
@@ -352,8 +351,9 @@ def nats_config(prefix: str | None, queues: str | None, helm_secret: str | None)
     this output (`make nats-config`).
     """
     settings = _settings(subject_prefix=prefix, queues=queues)
-    command = f"jobsched nats-config --prefix {settings.subject_prefix} --queues {settings.queues}"
-    conf = natsconf.auth_conf(settings.subject_prefix, settings.queue_names, command)
+    subject_prefix, queue_names = settings.nats.subject_prefix, settings.worker.queues
+    command = f"jobsched nats-config --prefix {subject_prefix} --queues {','.join(queue_names)}"
+    conf = natsconf.auth_conf(subject_prefix, queue_names, command)
     if helm_secret is None:
         click.echo(conf, nl=False)
     else:
@@ -382,7 +382,7 @@ def nats_credentials(
     """
     settings = _settings(subject_prefix=prefix)
     try:
-        natsconf.write_secrets(directory, settings.subject_prefix)
+        natsconf.write_secrets(directory, settings.nats.subject_prefix)
     except ConfigError as e:
         raise click.ClickException(e.message) from None
     if kubernetes:

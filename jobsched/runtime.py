@@ -19,15 +19,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+import msgspec
 from aiohttp import web
 
 from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
 from actors.recorder import Recorder
-from actors.retention import Pruner, RetentionConfig
-from actors.scheduler import Scheduler, SchedulerConfig
-from actors.worker import Worker, WorkerConfig
+from actors.retention import Pruner
+from actors.scheduler import Scheduler
+from actors.worker import Worker
 from bus.auth import Credentials, credentials_file_name, read_credentials
 from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
@@ -37,13 +38,11 @@ from bus.nats import Bus, BusConfig
 from bus.status import LiveStream
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
-from core.egress import EgressPolicy
 from core.errors import ConfigError
-from core.history import Retention
 from core.ports import JobStore
-from core.settings import Settings
+from core.settings import NatsConfig, Settings
 from core.tasks import TaskCatalog
-from gateway.app import SERVICE, GatewayConfig, GatewayDeps, create_app
+from gateway.app import SERVICE, GatewayDeps, create_app
 from gateway.auth import principal_and_expiry
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
@@ -90,7 +89,7 @@ def auth_secret(settings: Settings, *, create_in: Path | None = None) -> str:
     Raises:
         ConfigError: when unset outside dev, or shorter than 32 bytes (RFC 7518 §3.2).
     """
-    secret = settings.auth_secret
+    secret = settings.gateway.auth_secret
     if not secret and create_in is not None:
         path = create_in / "auth-secret"
         if not path.exists():
@@ -104,7 +103,7 @@ def auth_secret(settings: Settings, *, create_in: Path | None = None) -> str:
     return secret
 
 
-def nats_credentials(settings: Settings, connection: str) -> Credentials | None:
+def nats_credentials(nats: NatsConfig, connection: str) -> Credentials | None:
     """The NATS user of ``connection`` (a :class:`Connection` name): its file in
     ``JOBSCHED_NATS_CREDENTIALS_DIR``, else ``JOBSCHED_NATS_CREDENTIALS_FILE``, else None.
 
@@ -112,7 +111,7 @@ def nats_credentials(settings: Settings, connection: str) -> Credentials | None:
         ConfigError: both settings are set, the connection's file is missing, or a file is not
             a readable credentials file (the message names it, never its content).
     """
-    directory, file = settings.nats_credentials_dir, settings.nats_credentials_file
+    directory, file = nats.credentials_dir, nats.credentials_file
     if directory and file:
         raise ConfigError(
             "set JOBSCHED_NATS_CREDENTIALS_DIR (a file per connection) or "
@@ -130,75 +129,36 @@ def nats_credentials(settings: Settings, connection: str) -> Credentials | None:
 
 
 def bus_config(
-    settings: Settings, servers: str | None = None, connection: str = "scheduler"
+    nats: NatsConfig, servers: str | None = None, connection: str = "scheduler"
 ) -> BusConfig:
-    """The :class:`BusConfig` of the NATS connection ``connection`` of ``settings``'s process
-    (its user: :func:`nats_credentials`)."""
+    """The :class:`BusConfig` of the NATS connection ``connection`` of a process with the
+    settings ``nats`` (``servers``: other URLs than ``nats.url``): its user
+    (:func:`nats_credentials`) and TLS context.
+
+    Raises:
+        ConfigError: its credentials (:func:`nats_credentials`) or TLS files
+            (:func:`bus.tls.client_context`).
+    """
     return BusConfig(
-        servers=[s.strip() for s in (servers or settings.nats_url).split(",") if s.strip()],
-        prefix=settings.subject_prefix,
-        ack_wait_s=settings.ack_wait_seconds,
-        recorder_ack_wait_s=settings.recorder_ack_wait_seconds,
-        max_deliver=settings.max_deliver,
-        duplicate_window_s=settings.duplicate_window_seconds,
-        status_retention_s=settings.status_retention_seconds,
-        replicas=settings.stream_replicas,
-        credentials=nats_credentials(settings, connection),
+        servers=[s.strip() for s in servers.split(",") if s.strip()] if servers else nats.servers,
+        prefix=nats.subject_prefix,
+        ack_wait_seconds=nats.ack_wait_seconds,
+        recorder_ack_wait_seconds=nats.recorder_ack_wait_seconds,
+        max_deliver=nats.max_deliver,
+        duplicate_window_seconds=nats.duplicate_window_seconds,
+        status_retention_seconds=nats.status_retention_seconds,
+        replicas=nats.stream_replicas,
+        credentials=nats_credentials(nats, connection),
         tls=client_context(
-            ca_file=settings.nats_tls_ca_file,
-            cert_file=settings.nats_tls_cert_file,
-            key_file=settings.nats_tls_key_file,
+            ca_file=nats.tls_ca_file, cert_file=nats.tls_cert_file, key_file=nats.tls_key_file
         ),
-    )
-
-
-def scheduler_config(settings: Settings) -> SchedulerConfig:
-    return SchedulerConfig(
-        partitions=settings.partitions,
-        scan_interval_s=settings.scan_interval_seconds,
-        lookahead_s=settings.lookahead_seconds,
-        redispatch_after_s=settings.resolved_redispatch_after_seconds,
-        prepare_ahead_s=settings.prepare_ahead_seconds,
-        duplicate_window_s=settings.duplicate_window_seconds,
-        quotas=settings.quotas,
-    )
-
-
-def worker_config(settings: Settings) -> WorkerConfig:
-    return WorkerConfig(
-        worker_id=settings.resolved_worker_id,
-        queues=tuple(settings.queue_names),
-        concurrency=settings.worker_concurrency,
-        cpu_slots=settings.worker_cpu_slots,
-        ack_wait_s=settings.ack_wait_seconds,
-        backoff_s=settings.retry_backoff_seconds,
-        backoff_max_s=settings.retry_backoff_max_seconds,
-        data_dir=str(Path(settings.data_dir).resolve()),
-        secrets_dir=str(Path(settings.secrets_dir).resolve()) if settings.secrets_dir else "",
-        allowed_networks=tuple(
-            str(n) for n in EgressPolicy.parse(settings.http_allowed_networks).allowed
-        ),
-        drain_timeout_s=settings.drain_timeout_seconds,
-    )
-
-
-def gateway_config(settings: Settings, secret: str) -> GatewayConfig:
-    return GatewayConfig(
-        auth_secret=secret,
-        partitions=settings.partitions,
-        max_body_bytes=settings.max_body_bytes,
-        max_attempts_limit=settings.max_deliver,
-        ws_buffer_events=settings.ws_buffer_events,
-        ws_stall_s=settings.ws_stall_seconds,
-        ws_replay_concurrency=settings.ws_replay_concurrency,
-        ws_replay_events_per_s=settings.ws_replay_events_per_second,
-        quotas=settings.quotas,
     )
 
 
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[JobStore]:
-    store = create_store(settings.resolved_store_url, timeout_s=settings.store_timeout_seconds)
+    url, timeout_seconds = settings.resolved_store_url, settings.store.timeout_seconds
+    store = create_store(url, timeout_seconds=timeout_seconds)
     await store.open()
     try:
         yield store
@@ -259,7 +219,7 @@ async def connected_bus(
     """
     on_disconnect = metrics.nats_disconnected(connection) if metrics is not None else None
     bus = Bus(
-        bus_config(settings, servers, connection),
+        bus_config(settings.nats, servers, connection),
         name=f"jobsched-{connection}",
         on_disconnect=on_disconnect,
     )
@@ -278,7 +238,7 @@ async def prepare_bus(settings: Settings, buses: dict[Connection, Bus]) -> bool:
     scheduler = buses.get(Connection.SCHEDULER)
     if scheduler is not None:
         await scheduler.ensure_streams()
-        await CancelMarkers(scheduler, replicas=settings.stream_replicas, create=True).open()
+        await CancelMarkers(scheduler, replicas=settings.nats.stream_replicas, create=True).open()
     return True
 
 
@@ -293,7 +253,7 @@ async def open_connections(
     """Open :func:`connections_of` ``roles`` on ``stack`` (closed with it) and
     :func:`prepare_bus`; None if ``stop`` was set first."""
     buses: dict[Connection, Bus] = {}
-    callout = bool(settings.nats_callout_issuer_seed_file)
+    callout = bool(settings.nats.callout_issuer_seed_file)
     for connection in connections_of(roles, callout=callout):
         opening = stack.enter_async_context(connected_bus(settings, connection, servers, metrics))
         bus = await until_stopped(opening, stop)
@@ -357,9 +317,9 @@ def metrics_actors(
     actors: list[Actor] = []
     bus = buses.get(Connection.SCHEDULER) or buses.get(Connection.WORKER)
     if bus is not None:
-        interval_s = settings.queue_depth_interval_seconds
-        actors.append(QueueDepthMonitor(bus, settings.queue_names, metrics, interval_s=interval_s))
-    if settings.metrics_port and not roles.gateway:
+        queues, interval = settings.worker.queues, settings.metrics.queue_depth_interval_seconds
+        actors.append(QueueDepthMonitor(bus, queues, metrics, interval_seconds=interval))
+    if settings.metrics.port and not roles.gateway:
         connections = tuple(buses.values())
 
         async def ping_nats() -> None:
@@ -370,7 +330,7 @@ def metrics_actors(
         if store is not None:
             checks["store"] = store.ping
         server = MetricsServer(
-            metrics.registry, settings.http_host, settings.metrics_port, checks=checks
+            metrics.registry, settings.http.host, settings.metrics.port, checks=checks
         )
         actors.append(server)
     return actors
@@ -434,14 +394,6 @@ class Roles:
         return frozenset(name for name, yes in on.items() if yes)
 
 
-def retention_config(settings: Settings) -> RetentionConfig:
-    return RetentionConfig(
-        default=Retention.of_settings(settings.history_limit, settings.history_max_age_seconds),
-        partitions=settings.partitions,
-        sweep_interval_s=settings.history_sweep_interval_seconds,
-    )
-
-
 def make_scheduler(
     settings: Settings,
     store: JobStore,
@@ -456,29 +408,28 @@ def make_scheduler(
     Raises:
         ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
     """
-    cluster = bus.cluster_name
-    if cluster and settings.lease_ttl_seconds < CLUSTER_MIN_TTL_S:
+    cluster, config = bus.cluster_name, settings.scheduler
+    ttl_seconds = config.lease_ttl_seconds
+    if cluster and ttl_seconds < CLUSTER_MIN_TTL_S:
         raise ConfigError(
-            f"JOBSCHED_LEASE_TTL_SECONDS={settings.lease_ttl_seconds:g} is too short for the "
+            f"JOBSCHED_LEASE_TTL_SECONDS={ttl_seconds:g} is too short for the "
             f"NATS cluster {cluster!r}: a JetStream leader election would let every lease "
             f'expire; set it to at least {CLUSTER_MIN_TTL_S:g} (README "High availability")'
         )
-    member = settings.resolved_scheduler_id
+    member = config.resolved_scheduler_id
     ownership = LeaseOwnership(
-        LeaseBucket(bus, ttl_s=settings.lease_ttl_seconds, replicas=settings.stream_replicas),
+        LeaseBucket(bus, ttl_seconds=ttl_seconds, replicas=settings.nats.stream_replicas),
         member,
-        settings.partitions,
-        ttl_s=settings.lease_ttl_seconds,
+        config.partitions,
+        ttl_seconds=ttl_seconds,
         metrics=metrics,
     )
-    pruner = Pruner(
-        store, bus, clock, retention_config(settings), ownership=ownership, metrics=metrics
-    )
+    pruner = Pruner(store, bus, clock, settings.retention, ownership=ownership, metrics=metrics)
     scheduler = Scheduler(
         store,
         bus,
         clock,
-        scheduler_config(settings),
+        config,
         ownership=ownership,
         scheduler_id=member,
         markers=markers,
@@ -518,7 +469,7 @@ class Parts:
     def markers(self, connection: Connection) -> CancelMarkers:
         return CancelMarkers(
             self.buses[connection],
-            replicas=self.settings.stream_replicas,
+            replicas=self.settings.nats.stream_replicas,
             create=connection is Connection.SCHEDULER,
         )
 
@@ -530,7 +481,7 @@ class Parts:
 
     def worker(self) -> Worker:
         assert self.catalog is not None
-        bus, config = self.buses[Connection.WORKER], worker_config(self.settings)
+        bus, config = self.buses[Connection.WORKER], self.settings.worker
         markers = self.markers(Connection.WORKER)
         return Worker(bus, self.catalog, self.clock, config, markers, metrics=self.metrics)
 
@@ -545,14 +496,14 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
         api_bus,
         parts.catalog,
         parts.clock,
-        gateway_config(settings, secret),
+        msgspec.structs.replace(settings.gateway, auth_secret=secret),
         parts.markers(Connection.GATEWAY),
         parts.metrics.registry,
         live_status=LiveStream(parts.buses[Connection.LIVE]),
         metrics=parts.metrics,
     )
     app = create_app(deps)
-    return Gateway(app, settings.http_host, settings.http_port), NatsApi(
+    return Gateway(app, settings.http.host, settings.http.port), NatsApi(
         MicroHost(api_bus), app[SERVICE], secret
     )
 
@@ -575,7 +526,7 @@ def callout_issuer(settings: Settings, roles: Roles) -> Issuer | None:
     Raises:
         ConfigError: the seed file cannot be read or holds no account seed.
     """
-    seed_file = settings.nats_callout_issuer_seed_file
+    seed_file = settings.nats.callout_issuer_seed_file
     return read_issuer(seed_file) if roles.gateway and seed_file else None
 
 
@@ -601,7 +552,7 @@ async def serve(
     ``started`` (if given) receives ``{"url": gateway URL}`` once every actor is ready, plus
     ``{"metrics_url": ...}`` when a metrics server runs. Every role of the process observes into
     one :class:`Metrics` registry, served by the gateway's ``/metrics`` or, in a process without
-    the gateway, by a :class:`MetricsServer` on ``settings.metrics_port`` (0: none).
+    the gateway, by a :class:`MetricsServer` on ``settings.metrics.port`` (0: none).
     """
     clock = clock or SystemClock()
     metrics = Metrics(roles.names)
@@ -627,9 +578,14 @@ async def serve(
             actors += parts.scheduler()
         if roles.runs_recorder:
             assert store is not None
-            ack_wait_s = settings.recorder_ack_wait_seconds
-            recorder_bus = buses[Connection.RECORDER]
-            actors.append(Recorder(recorder_bus, store, ack_wait_s=ack_wait_s, metrics=metrics))
+            ack_wait_seconds = settings.nats.recorder_ack_wait_seconds
+            recorder = Recorder(
+                buses[Connection.RECORDER],
+                store,
+                ack_wait_seconds=ack_wait_seconds,
+                metrics=metrics,
+            )
+            actors.append(recorder)
         if roles.worker:
             actors.append(parts.worker())
         actors += metrics_actors(settings, roles, buses, metrics, store=store, peers=actors)

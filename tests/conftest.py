@@ -90,12 +90,12 @@ def make_settings(
         base.update(overrides)
         base["nats_url"] = plain_url(base["nats_url"])
         settings = load_settings({}, **base)
-        role_users(creds, settings.subject_prefix, settings.queue_names)  # the files, always
-        for url in settings.nats_url.split(","):
+        role_users(creds, settings.nats.subject_prefix, settings.worker.queues)  # the files, always
+        for url in settings.nats.url.split(","):
             server = server_at(url)
             if server is not None:
-                server.grant(settings.subject_prefix, settings.queue_names, creds)
-                granted.setdefault((server, settings.subject_prefix), server.log_offset())
+                server.grant(settings.nats.subject_prefix, settings.worker.queues, creds)
+                granted.setdefault((server, settings.nats.subject_prefix), server.log_offset())
         return settings
 
     yield factory

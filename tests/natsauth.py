@@ -135,4 +135,4 @@ def observer_url(urls: str) -> str:
 
 def api_credentials(settings: Settings) -> Credentials:
     """The ``api`` user of a test's settings (as :func:`bus.auth.generate_users` wrote it)."""
-    return read_credentials(Path(settings.nats_credentials_dir) / credentials_file_name("api"))
+    return read_credentials(Path(settings.nats.credentials_dir) / credentials_file_name("api"))

@@ -46,7 +46,7 @@ class Stack:
     clients: dict[str, JobschedClient] = field(default_factory=dict)
 
     def token(self, user: str = "alice") -> str:
-        return mint_token(self.settings.auth_secret, user, ttl=timedelta(hours=1))
+        return mint_token(self.settings.gateway.auth_secret, user, ttl=timedelta(hours=1))
 
     def client(self, user: str = "alice") -> JobschedClient:
         if user not in self.clients:
@@ -207,9 +207,7 @@ async def wait_executions(
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
     """Environment of a child jobsched process with these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
-    for name in Settings.__struct_fields__:
-        value = getattr(settings, name)
-        env[f"JOBSCHED_{name.upper()}"] = str(value)
+    env.update(settings.env())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

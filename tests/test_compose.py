@@ -175,13 +175,13 @@ def test_each_service_has_the_credentials_of_its_own_connections_only(
 ) -> None:
     service = services[role]
     settings = load_settings(environment(service))
-    assert settings.nats_credentials_dir == "/run/secrets"  # where compose mounts secrets
-    assert not settings.nats_credentials_file
+    assert settings.nats.credentials_dir == "/run/secrets"  # where compose mounts secrets
+    assert not settings.nats.credentials_file
     roles = Roles(**{role: True})
     expected = {credentials_file_name(c) for c in connections_of(roles, callout=roles.gateway)}
     if roles.gateway:  # the callout's issuer seed, where the setting points
         expected.add(ISSUER_SEED_FILE)
-        assert settings.nats_callout_issuer_seed_file == f"/run/secrets/{ISSUER_SEED_FILE}"
+        assert settings.nats.callout_issuer_seed_file == f"/run/secrets/{ISSUER_SEED_FILE}"
     assert set(service["secrets"]) == expected
     for name in expected:
         assert compose["secrets"][name] == {"file": f"{SECRETS}/{name}"}

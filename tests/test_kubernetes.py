@@ -35,7 +35,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import jsonschema
 import kubernetes_validate
-import msgspec
 import pytest
 import yaml
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
@@ -133,7 +132,7 @@ def settings_of(deployment: Doc, core: list[Doc]) -> Settings:
 def without_nats_users(settings: Settings) -> Settings:
     """``settings`` without its NATS credentials (mounted in the pod only): for the stream and
     consumer names, or a connection to this test's own server."""
-    return msgspec.structs.replace(settings, nats_credentials_dir="", nats_credentials_file="")
+    return settings.changed(nats_credentials_dir="", nats_credentials_file="")
 
 
 # --- the files --------------------------------------------------------------------------------
@@ -393,16 +392,16 @@ def test_the_deployments_run_the_roles_from_one_pinned_image(core: list[Doc]) ->
 def test_the_processes_are_configured_for_the_cluster(core: list[Doc]) -> None:
     for deployment in deployments(core):
         settings = settings_of(deployment, core)
-        assert settings.stream_replicas == 3
-        assert settings.http_host == "0.0.0.0"
+        assert settings.nats.stream_replicas == 3
+        assert settings.http.host == "0.0.0.0"
         assert settings.log_format == "json"
         role = role_of(deployment)
         if role != "worker":
             assert settings.resolved_store_url.startswith("mongodb://")
             assert "replicaSet=" in settings.resolved_store_url
         if role == "worker":
-            assert settings.worker_cpu_slots >= 1, "0 counts the node's cores, not the pod's"
-        assert (role == "gateway") == bool(settings.auth_secret)
+            assert settings.worker.cpu_slots >= 1, "0 counts the node's cores, not the pod's"
+        assert (role == "gateway") == bool(settings.gateway.auth_secret)
 
 
 def probe_port(deployment: Doc, probe: Doc) -> int:
@@ -420,7 +419,7 @@ def test_every_role_is_probed_on_healthz_and_readyz_where_it_serves_them(
     for deployment in deployments(core):
         c = container(deployment)
         settings = settings_of(deployment, core)
-        serves = settings.http_port if role_of(deployment) == "gateway" else settings.metrics_port
+        serves = settings.http.port if role_of(deployment) == "gateway" else settings.metrics.port
         assert serves, f"{c['name']} serves no probe endpoint"
         paths = {
             "startupProbe": "/healthz",
@@ -433,7 +432,7 @@ def test_every_role_is_probed_on_healthz_and_readyz_where_it_serves_them(
             assert probe_port(deployment, probe) == serves, (c["name"], kind)
         checks: list[float] = [NATS_PING_TIMEOUT_S]
         if role_of(deployment) != "worker":
-            checks.append(settings.store_timeout_seconds)
+            checks.append(settings.store.timeout_seconds)
         assert c["readinessProbe"]["timeoutSeconds"] > max(checks), c["name"]
 
 
@@ -461,7 +460,7 @@ def test_the_grace_period_covers_the_drain(core: list[Doc]) -> None:
     for deployment in deployments(core):
         pod = deployment["spec"]["template"]["spec"]
         pre_stop = container(deployment).get("lifecycle", {}).get("preStop", {})
-        needed = settings_of(deployment, core).drain_timeout_seconds
+        needed = settings_of(deployment, core).worker.drain_timeout_seconds
         needed += pre_stop.get("sleep", {}).get("seconds", 0)
         assert pod["terminationGracePeriodSeconds"] >= needed + 5, container(deployment)["name"]
 
@@ -527,8 +526,8 @@ def test_each_role_mounts_the_nats_users_of_its_own_connections_only(core: list[
         role = role_of(deployment)
         volume, mount = nats_volume(deployment)
         settings = settings_of(deployment, core)
-        assert settings.nats_credentials_dir == mount["mountPath"], role
-        assert not settings.nats_credentials_file
+        assert settings.nats.credentials_dir == mount["mountPath"], role
+        assert not settings.nats.credentials_file
         assert mount["readOnly"] is True
         assert volume["secret"]["defaultMode"] == 0o440  # root:fsGroup, not world-readable
         roles = Roles(**{role: True})
@@ -536,7 +535,7 @@ def test_each_role_mounts_the_nats_users_of_its_own_connections_only(core: list[
         if roles.gateway:  # the auth callout's issuer seed, where the setting points
             expected.add(ISSUER_SEED_FILE)
             seed = f"{mount['mountPath']}/{ISSUER_SEED_FILE}"
-            assert settings.nats_callout_issuer_seed_file == seed
+            assert settings.nats.callout_issuer_seed_file == seed
         items = volume["secret"]["items"]
         assert all(i["key"] == i["path"] for i in items), role
         assert {i["key"] for i in items} == expected, role
@@ -560,7 +559,7 @@ def test_the_example_nats_secret_has_every_role_s_user(core: list[Doc]) -> None:
 def autoscaling_problems(core: list[Doc], scaled_objects: list[Doc]) -> list[str]:
     """What would break KEDA's scaling of the workers: for every worker Deployment, one
     ScaledObject with a nats-jetstream trigger for exactly the stream and durable consumers the
-    code creates for the Deployment's settings (``bus_config(settings)``), a lag threshold of
+    code creates for the Deployment's settings (``bus_config(settings.nats)``), a lag threshold of
     one worker's concurrency, and no ``replicas`` of its own."""
     problems = []
     workers = {d["metadata"]["name"]: d for d in deployments(core, "worker")}
@@ -574,8 +573,8 @@ def autoscaling_problems(core: list[Doc], scaled_objects: list[Doc]) -> list[str
         targeted[ref["name"]] = name
         deployment = workers[ref["name"]]
         settings = settings_of(deployment, core)
-        bus = bus_config(without_nats_users(settings))
-        expected = {(bus.work_stream, bus.work_consumer(q)) for q in settings.queue_names}
+        bus = bus_config(without_nats_users(settings).nats)
+        expected = {(bus.work_stream, bus.work_consumer(q)) for q in settings.worker.queues}
         triggers = nats_triggers(so)
         found = {(t["metadata"]["stream"], t["metadata"]["consumer"]) for t in triggers}
         if found != expected:
@@ -583,10 +582,10 @@ def autoscaling_problems(core: list[Doc], scaled_objects: list[Doc]) -> list[str
                 f"{name}: triggers on {sorted(found)}, the code uses {sorted(expected)}"
             )
         for t in triggers:
-            if t["metadata"].get("lagThreshold") != str(settings.worker_concurrency):
+            if t["metadata"].get("lagThreshold") != str(settings.worker.concurrency):
                 problems.append(
                     f"{name}: lagThreshold {t['metadata'].get('lagThreshold')} is not one "
-                    f"worker's JOBSCHED_WORKER_CONCURRENCY ({settings.worker_concurrency})"
+                    f"worker's JOBSCHED_WORKER_CONCURRENCY ({settings.worker.concurrency})"
                 )
         if "replicas" in deployment["spec"]:
             problems.append(f"{ref['name']}: sets replicas, which fights {name}")
@@ -654,7 +653,7 @@ def test_keda_reads_the_monitoring_port_of_the_nats_the_processes_use(
     core: list[Doc], scaled_objects: list[Doc]
 ) -> None:
     (worker,) = deployments(core, "worker")
-    clients = [urlsplit(u.strip()) for u in settings_of(worker, core).nats_url.split(",")]
+    clients = [urlsplit(u.strip()) for u in settings_of(worker, core).nats.url.split(",")]
     for so in scaled_objects:
         for trigger in nats_triggers(so):
             host, _, port = trigger["metadata"]["natsServerMonitoringEndpoint"].rpartition(":")
@@ -699,13 +698,11 @@ async def test_the_trigger_reads_the_queue_depth_from_a_real_nats_server(
     (trigger,) = nats_triggers(scaled_objects[0])
     meta = trigger["metadata"]
     # The worker's settings, on one server of this test (R1: one node cannot hold R3 streams).
-    settings = msgspec.structs.replace(
-        without_nats_users(settings_of(worker, core)),
-        nats_url=monitored_nats.url,
-        stream_replicas=1,
+    settings = without_nats_users(settings_of(worker, core)).changed(
+        nats_url=monitored_nats.url, stream_replicas=1
     )
-    (queue,) = settings.queue_names
-    bus = Bus(bus_config(settings), name="keda-test")
+    (queue,) = settings.worker.queues
+    bus = Bus(bus_config(settings.nats), name="keda-test")
     await bus.connect()
     try:
         await bus.ensure_streams()

@@ -87,7 +87,7 @@ def test_the_deployments_use_the_prefix_and_queues_the_files_were_generated_for(
     k8s_worker = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "worker.yaml").read_text())
     (container,) = k8s_worker["spec"]["template"]["spec"]["containers"]
     queues = {v["name"]: v.get("value") for v in container["env"]}["JOBSCHED_QUEUES"]
-    assert (worker.subject_prefix, worker.queues) == (PREFIX, QUEUES)
+    assert (worker.nats.subject_prefix, ",".join(worker.worker.queues)) == (PREFIX, QUEUES)
     assert (config_map["data"]["JOBSCHED_SUBJECT_PREFIX"], queues) == (PREFIX, QUEUES)
 
 
@@ -193,7 +193,7 @@ async def test_each_connection_of_a_process_authenticates_with_its_own_file(
     opened = {c for roles in processes for c in connections_of(roles, callout=roles.gateway)}
     assert opened == set(Connection)
     for connection in sorted(opened):
-        config = bus_config(settings, deployed.url, connection)
+        config = bus_config(settings.nats, deployed.url, connection)
         assert config.credentials is not None
         assert config.credentials.user == user_name(PREFIX, connection)
         bus = Bus(config, name=f"jobsched-{connection}")

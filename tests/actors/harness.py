@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from actors.scheduler import Scheduler, SchedulerConfig
+from actors.scheduler import Scheduler
 from core.clock import FakeClock
 from core.ids import partition_of
 from core.model import Execution, IntervalSchedule, Job, Schedule
+from core.settings import SchedulerConfig
 from store.sqlite import SqliteStore
 from tests.fakes import FakeBus, FakeCancelSignals
 
@@ -137,7 +138,7 @@ async def scheduler_rig(
     bus = FakeBus()
     markers = FakeCancelSignals()
     ownership = FakeOwnership()
-    settings: dict[str, Any] = {"prepare_ahead_s": 0.0, "drain_s": 1.0} | config
+    settings: dict[str, Any] = {"prepare_ahead_seconds": 0.0, "drain_seconds": 1.0} | config
     scheduler = Scheduler(
         store,
         bus,

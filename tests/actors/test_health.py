@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -170,7 +169,7 @@ async def test_a_worker_is_unready_while_nats_is_down_and_ready_again_after(
         body = await wait_ready(readyz, False)  # no scheduler has created the streams yet
         assert body["checks"]["startup"] != "ok", body
         assert await get(f"http://127.0.0.1:{port}/healthz") == (200, {"status": "ok"})
-        scheduler = msgspec.structs.replace(settings, metrics_port=0)
+        scheduler = settings.changed(metrics_port=0)
         async with start_stack(scheduler, Roles(scheduler=True, recorder=False)):
             await wait_ready(readyz, True)
         own_nats.stop()

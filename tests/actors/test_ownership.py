@@ -24,14 +24,19 @@ async def member(
     prefix: str,
     name: str,
     *,
-    ttl_s: float = 2.0,
+    ttl_seconds: float = 2.0,
     partitions: int = 16,
     metrics: Metrics | None = None,
 ) -> AsyncIterator[LeaseOwnership]:
     bus = Bus(BusConfig(servers=[url], prefix=prefix))
     await bus.connect()
     ownership = LeaseOwnership(
-        LeaseBucket(bus, ttl_s=ttl_s), name, partitions, ttl_s=ttl_s, round_s=0.2, metrics=metrics
+        LeaseBucket(bus, ttl_seconds=ttl_seconds),
+        name,
+        partitions,
+        ttl_seconds=ttl_seconds,
+        round_s=0.2,
+        metrics=metrics,
     )
     task = asyncio.create_task(ownership.run(lambda _p: None, lambda _p: None))
     try:
@@ -59,8 +64,8 @@ async def test_two_members_split_the_partitions(nats_server: NatsServer, prefix:
 async def test_a_clean_stop_hands_partitions_over_without_waiting_for_the_ttl(
     nats_server: NatsServer, prefix: str
 ) -> None:
-    async with member(nats_server.url, prefix, "a", ttl_s=30.0) as a:
-        async with member(nats_server.url, prefix, "b", ttl_s=30.0) as b:
+    async with member(nats_server.url, prefix, "a", ttl_seconds=30.0) as a:
+        async with member(nats_server.url, prefix, "b", ttl_seconds=30.0) as b:
             await until(lambda: len(a.owned) == 8 and len(b.owned) == 8, timeout_s=15)
         stopped = time.monotonic()
         await until(lambda: len(a.owned) == 16, timeout_s=10)
@@ -76,7 +81,7 @@ async def test_a_member_that_cannot_renew_stops_owning_before_the_lease_expires(
     def losses(reason: str) -> float | None:
         return metrics.registry.get_sample_value("jobsched_lease_losses_total", {"reason": reason})
 
-    async with member(own_nats.url, prefix, "a", ttl_s=ttl, metrics=metrics) as a:
+    async with member(own_nats.url, prefix, "a", ttl_seconds=ttl, metrics=metrics) as a:
         await until(lambda: len(a.owned) == 16, timeout_s=10)
         assert losses("fenced") == 0
         own_nats.kill()
@@ -94,7 +99,7 @@ async def test_a_restarted_member_reclaims_its_own_leases_at_once(
     bus = Bus(BusConfig(servers=[own_nats.url], prefix=prefix))
     await bus.connect()
     try:
-        bucket = LeaseBucket(bus, ttl_s=ttl)
+        bucket = LeaseBucket(bus, ttl_seconds=ttl)
         await bucket.open()
         assert await bucket.acquire(3, "a") is not None
         assert await bucket.acquire(3, "b") is None, (
@@ -111,7 +116,7 @@ async def test_a_renewal_that_timed_out_but_reached_the_server_does_not_lose_the
     bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
     await bus.connect()
     try:
-        bucket = LeaseBucket(bus, ttl_s=30.0)
+        bucket = LeaseBucket(bus, ttl_seconds=30.0)
         await bucket.open()
         first = await bucket.acquire(1, "a")
         assert first is not None
@@ -139,7 +144,7 @@ async def test_an_outage_shorter_than_the_ttl_fences_leases_without_losing_them(
     bus = Bus(BusConfig(servers=[own_nats.url], prefix=prefix))
     await bus.connect()
     ttl = 30.0
-    a = LeaseOwnership(LeaseBucket(bus, ttl_s=ttl), "a", 16, ttl_s=ttl, round_s=0.2)
+    a = LeaseOwnership(LeaseBucket(bus, ttl_seconds=ttl), "a", 16, ttl_seconds=ttl, round_s=0.2)
     task = asyncio.create_task(a.run(gained.append, lambda _p: None))
     try:
         await until(lambda: len(a.owned) == 16, timeout_s=10)
@@ -166,7 +171,7 @@ async def test_a_lease_value_that_is_no_lease_is_someone_elses_not_a_crash(
     bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
     await bus.connect()
     try:
-        bucket = LeaseBucket(bus, ttl_s=30)
+        bucket = LeaseBucket(bus, ttl_seconds=30)
         await bucket.open()
         await bucket.kv.put("p.3", b"\x00 not a lease")
         assert await bucket.acquire(3, "me") is None

@@ -56,7 +56,7 @@ async def ownership_rig(
         leases,
         "a",
         partitions,
-        ttl_s=TTL_S,
+        ttl_seconds=TTL_S,
         round_s=1.0,
         clock=clock,
         monotonic=monotonic,

@@ -171,7 +171,7 @@ async def test_a_store_outage_keeps_the_batch_with_growing_pauses(tmp_path: Path
 
 
 async def test_the_pauses_stay_within_a_third_of_the_ack_wait(tmp_path: Path) -> None:
-    async with recorder_rig(tmp_path, ack_wait_s=1.5) as rig:
+    async with recorder_rig(tmp_path, ack_wait_seconds=1.5) as rig:
         rig.store.outages = 4
         [d] = rig.deliver(event("a", S.RUNNING))
 

@@ -13,7 +13,7 @@ import pytest
 
 from actors.metrics import Metrics
 from actors.ownership import StaticOwnership
-from actors.retention import Pruner, RetentionConfig
+from actors.retention import Pruner
 from bus.nats import Bus, BusConfig
 from core.clock import FakeClock
 from core.errors import StoreRejected
@@ -21,6 +21,7 @@ from core.history import Retention
 from core.ids import execution_id, partition_of
 from core.model import ExecutionStatus, Job
 from core.ports import PruneResult, PruneTarget
+from core.settings import RetentionConfig
 from jobsched.natsserver import NatsServer
 from store.sqlite import SqliteStore
 from tests.store.test_contract import OWNER, at, make_job
@@ -108,7 +109,12 @@ def pruner_of(
         store,
         bus,
         clock,
-        RetentionConfig(default=default, partitions=PARTITIONS, **config),
+        RetentionConfig(
+            partitions=PARTITIONS,
+            history_limit=default.keep_last or 0,
+            history_max_age_seconds=default.max_age_s or 0,
+            **config,
+        ),
         ownership=StaticOwnership(owned),
         metrics=Metrics(),
     )
@@ -121,7 +127,7 @@ async def test_a_finished_run_notice_prunes_its_job_to_the_limit(
     job = await with_runs(store, a_job("job-1"), range(1, 11))
     bystander = await with_runs(store, a_job("job-2"), range(1, 11))
     # a first sweep at start prunes every job: wait for it, then add more runs
-    async with running(pruner_of(store, bus, clock, sweep_interval_s=3600)) as pruner:
+    async with running(pruner_of(store, bus, clock, sweep_interval_seconds=3600)) as pruner:
         await until(lambda: _eq(kept(store, job), 3))
         await until(lambda: _eq(kept(store, bystander), 3))
         for m in range(11, 16):
@@ -163,7 +169,7 @@ async def test_the_sweep_ages_out_the_history_of_a_job_that_no_longer_runs(
     latest = execution_id("job-1", at(5))
     job = await with_runs(store, a_job("job-1", last_execution_id=latest), range(1, 6))
     day = Retention(keep_last=None, max_age_s=86400)
-    async with running(pruner_of(store, bus, clock, default=day, sweep_interval_s=3600)):
+    async with running(pruner_of(store, bus, clock, default=day, sweep_interval_seconds=3600)):
         await until(lambda: _true(len(store.prunes) >= 1))
         assert await kept(store, job) == 5
 

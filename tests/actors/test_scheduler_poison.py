@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.scheduler import Scheduler, SchedulerConfig
+from actors.scheduler import Scheduler
 from bus.cancel import CancelMarkers
 from bus.nats import Bus, BusConfig
 from core.clock import SystemClock
@@ -24,6 +24,7 @@ from core.errors import StoreRejected
 from core.ids import execution_id, partition_of
 from core.model import ExecutionStatus, ImmediateSchedule, Job
 from core.ports import AnyDispatch, DispatchOutcome
+from core.settings import SchedulerConfig
 from jobsched.natsserver import NatsServer
 from store.sqlite import SqliteStore
 
@@ -62,7 +63,7 @@ async def test_a_refused_dispatch_holds_back_its_job_only(
     jobs = [job(i, now) for i in ("a", "b", "poison", "c", "d")]
     for j in jobs:
         await store.create_job(j)
-    config = SchedulerConfig(partitions=4, scan_interval_s=0.2, prepare_ahead_s=0)
+    config = SchedulerConfig(partitions=4, scan_interval_seconds=0.2, prepare_ahead_seconds=0)
     scheduler = Scheduler(store, bus, SystemClock(), config, markers=CancelMarkers(bus))
     good = [execution_id(j.id, now) for j in jobs if j.id != "poison"]
     try:

@@ -88,7 +88,7 @@ async def test_the_next_occurrence_follows_the_scheduled_time_not_the_late_wake_
 
 async def test_the_main_loop_sleeps_until_the_earliest_due_job(tmp_path: Path) -> None:
     jobs = [job("a", next_run_at=at(20)), job("b", next_run_at=at(3))]
-    async with scheduler_rig(tmp_path, jobs, scan_interval_s=5.0) as rig:
+    async with scheduler_rig(tmp_path, jobs, scan_interval_seconds=5.0) as rig:
         assert min(rig.clock.deadlines()) == at(3)
 
         await rig.to(3)
@@ -98,7 +98,7 @@ async def test_the_main_loop_sleeps_until_the_earliest_due_job(tmp_path: Path) -
 
 async def test_a_job_beyond_the_lookahead_is_loaded_by_a_later_scan(tmp_path: Path) -> None:
     async with scheduler_rig(
-        tmp_path, [job(next_run_at=at(40))], lookahead_s=30.0, scan_interval_s=5.0
+        tmp_path, [job(next_run_at=at(40))], lookahead_seconds=30.0, scan_interval_seconds=5.0
     ) as rig:
         assert len(rig.scheduler.state.heap) == 0
 
@@ -109,7 +109,7 @@ async def test_a_job_beyond_the_lookahead_is_loaded_by_a_later_scan(tmp_path: Pa
 
 
 async def test_a_notice_brings_a_new_job_in_before_the_next_scan(tmp_path: Path) -> None:
-    async with scheduler_rig(tmp_path, scan_interval_s=60.0) as rig:
+    async with scheduler_rig(tmp_path, scan_interval_seconds=60.0) as rig:
         new = job(next_run_at=at(2))
         await rig.store.create_job(new)
         await rig.bus.notify(JobNotice(job_id="j1", partition=new.partition, next_run_at=at(2)))
@@ -120,7 +120,7 @@ async def test_a_notice_brings_a_new_job_in_before_the_next_scan(tmp_path: Path)
 
 
 async def test_a_notice_for_a_partition_it_does_not_own_is_ignored(tmp_path: Path) -> None:
-    async with scheduler_rig(tmp_path, scan_interval_s=60.0) as rig:
+    async with scheduler_rig(tmp_path, scan_interval_seconds=60.0) as rig:
         new = job(next_run_at=at(2))
         rig.ownership.lose({new.partition})
         await rig.store.create_job(new)
@@ -145,7 +145,7 @@ async def test_a_one_off_job_runs_once_and_is_done(tmp_path: Path) -> None:
 
 async def test_runs_are_recorded_ahead_and_published_at_their_due_time(tmp_path: Path) -> None:
     async with scheduler_rig(
-        tmp_path, [job(next_run_at=at(10))], prepare_ahead_s=2.0, scan_interval_s=60.0
+        tmp_path, [job(next_run_at=at(10))], prepare_ahead_seconds=2.0, scan_interval_seconds=60.0
     ) as rig:
         assert min(rig.clock.deadlines()) == at(9)  # half the lead before the job
 
@@ -161,7 +161,7 @@ async def test_runs_are_recorded_ahead_and_published_at_their_due_time(tmp_path:
 
 
 async def test_its_queued_event_goes_out_when_recorded_before_the_run(tmp_path: Path) -> None:
-    async with scheduler_rig(tmp_path, [job(next_run_at=at(10))], prepare_ahead_s=2.0) as rig:
+    async with scheduler_rig(tmp_path, [job(next_run_at=at(10))], prepare_ahead_seconds=2.0) as rig:
         await rig.to(9)
         [event] = rig.bus.events
         assert (event.execution_id, event.status) == (  # type: ignore[union-attr]
@@ -310,7 +310,7 @@ async def test_buffer_one_is_rechecked_by_the_scan_when_the_notice_is_lost(
     tmp_path: Path,
 ) -> None:
     async with scheduler_rig(
-        tmp_path, [job(overlap_policy=OverlapPolicy.BUFFER_ONE)], scan_interval_s=5.0
+        tmp_path, [job(overlap_policy=OverlapPolicy.BUFFER_ONE)], scan_interval_seconds=5.0
     ) as rig:
         first = await running_previous(rig)
         await rig.to(70)
@@ -327,7 +327,7 @@ async def test_a_job_due_later_is_decided_at_its_due_time_not_when_recorded_ahea
     """With prepare-ahead, a job whose previous run is active is decided at its due time, so a
     previous run that ends in between does not make it skip."""
     jobs = [job(overlap_policy=OverlapPolicy.FORBID)]
-    async with scheduler_rig(tmp_path, jobs, prepare_ahead_s=2.0) as rig:
+    async with scheduler_rig(tmp_path, jobs, prepare_ahead_seconds=2.0) as rig:
         await rig.to(10)
         first = execution_id("j1", at(10))
         await finish(rig, first, ExecutionStatus.RUNNING, at(11))
@@ -352,7 +352,7 @@ async def lost_run(rig: SchedulerRig) -> str:
 
 
 ONCE = [job(schedule=OnceSchedule(execute_at=at(5)), next_run_at=at(5))]
-SWEEP: dict[str, Any] = {"redispatch_after_s": 60.0, "scan_interval_s": 5.0}
+SWEEP: dict[str, Any] = {"redispatch_after_seconds": 60.0, "scan_interval_seconds": 5.0}
 
 
 async def test_a_lost_run_is_re_published_at_its_second_sighting(tmp_path: Path) -> None:
@@ -526,7 +526,7 @@ async def test_a_taken_over_partition_publishes_the_runs_its_previous_owner_reco
 ) -> None:
     """The previous owner recorded the run ahead (QUEUED) and died before publishing it."""
     j = job(next_run_at=at(10))
-    async with scheduler_rig(tmp_path, [j], prepare_ahead_s=2.0) as rig:
+    async with scheduler_rig(tmp_path, [j], prepare_ahead_seconds=2.0) as rig:
         rig.ownership.lose({j.partition})
         await rig.idle()
         # the previous owner's work: record the run at 9 s, never publish it
@@ -549,7 +549,7 @@ async def test_a_stop_publishes_the_prepared_runs_before_handing_partitions_back
     tmp_path: Path,
 ) -> None:
     async with scheduler_rig(
-        tmp_path, [job(next_run_at=at(10))], prepare_ahead_s=2.0, drain_s=5.0
+        tmp_path, [job(next_run_at=at(10))], prepare_ahead_seconds=2.0, drain_seconds=5.0
     ) as rig:
         await rig.to(9)  # recorded, not published
         rig.scheduler.stop()
@@ -566,7 +566,7 @@ async def test_a_stop_publishes_the_prepared_runs_before_handing_partitions_back
 
 
 async def test_a_stop_with_nothing_prepared_returns_at_once(tmp_path: Path) -> None:
-    async with scheduler_rig(tmp_path, [job(next_run_at=at(10))], drain_s=30.0) as rig:
+    async with scheduler_rig(tmp_path, [job(next_run_at=at(10))], drain_seconds=30.0) as rig:
         rig.scheduler.stop()
         async with asyncio.timeout(1):
             await rig.task

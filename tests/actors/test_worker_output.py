@@ -19,12 +19,13 @@ import msgspec
 import pytest
 
 from actors.recorder import Recorder
-from actors.worker import Worker, WorkerConfig
+from actors.worker import Worker
 from bus.nats import Bus, BusConfig
 from core.clock import SystemClock
 from core.ids import execution_id
 from core.model import Execution, ExecutionStatus, RunMessage
 from core.ports import JobStore
+from core.settings import WorkerConfig
 from core.tasks import TaskCatalog, TaskContext
 from core.values import storable_result
 from jobsched.natsserver import NatsServer

@@ -17,10 +17,11 @@ from typing import Any
 
 import msgspec
 
-from actors.worker import RETRY_AFTER_MAX_S, Worker, WorkerConfig
+from actors.worker import RETRY_AFTER_MAX_S, Worker
 from core.clock import FakeClock
 from core.ids import execution_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
+from core.settings import WorkerConfig
 from core.tasks import TaskCatalog, TaskContext, TaskError
 from tests.actors.harness import T0, at
 from tests.fakes import FakeBus, FakeCancelSignals, FakeDelivery, until, waits
@@ -133,7 +134,7 @@ class WorkerRig:
 @asynccontextmanager
 async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
     bus, clock, gate, markers = FakeBus(), FakeClock(T0), Gate(), FakeCancelSignals()
-    settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_s": 5.0}
+    settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_seconds": 5.0}
     worker_config = WorkerConfig(**(settings | config))
     worker = Worker(bus, gate.catalog(), clock, worker_config, markers, timer=clock)
     task = asyncio.create_task(worker.run(), name="worker under test")
@@ -161,7 +162,7 @@ async def test_a_run_reports_running_then_succeeded_then_is_acked() -> None:
 
 
 async def test_a_failed_attempt_is_retried_with_a_backoff_delay() -> None:
-    async with worker_rig(backoff_s=2.0, backoff_max_s=60.0) as rig:
+    async with worker_rig(retry_backoff_seconds=2.0, retry_backoff_max_seconds=60.0) as rig:
         d = rig.deliver(run("fail", max_attempts=3))
 
         assert await rig.settled(d) == "nak"
@@ -174,7 +175,7 @@ async def test_a_failed_attempt_is_retried_with_a_backoff_delay() -> None:
 
 
 async def test_the_backoff_grows_with_the_attempt_up_to_its_cap() -> None:
-    async with worker_rig(backoff_s=2.0, backoff_max_s=5.0) as rig:
+    async with worker_rig(retry_backoff_seconds=2.0, retry_backoff_max_seconds=5.0) as rig:
         delays = []
         for attempt in (1, 2, 3, 4):
             message = run("fail", job_id=f"j{attempt}", max_attempts=10)
@@ -206,7 +207,7 @@ async def test_a_task_error_that_is_not_retryable_fails_the_run_at_once() -> Non
 
 
 async def test_a_retry_after_delays_the_next_attempt_beyond_the_backoff() -> None:
-    async with worker_rig(backoff_s=1.0, backoff_max_s=60.0) as rig:
+    async with worker_rig(retry_backoff_seconds=1.0, retry_backoff_max_seconds=60.0) as rig:
         d = rig.deliver(run("later", max_attempts=3, parameters={"n": 30}))
 
         assert await rig.settled(d) == "nak"
@@ -215,7 +216,7 @@ async def test_a_retry_after_delays_the_next_attempt_beyond_the_backoff() -> Non
 
 
 async def test_a_short_retry_after_does_not_shorten_the_backoff() -> None:
-    async with worker_rig(backoff_s=10.0, backoff_max_s=60.0) as rig:
+    async with worker_rig(retry_backoff_seconds=10.0, retry_backoff_max_seconds=60.0) as rig:
         d = rig.deliver(run("later", max_attempts=3, parameters={"n": 1}))
 
         await rig.settled(d)
@@ -401,7 +402,7 @@ async def test_a_stop_lets_the_run_in_flight_finish() -> None:
 
 
 async def test_a_stop_hands_back_what_outlives_the_drain_timeout() -> None:
-    async with worker_rig(drain_timeout_s=0.05) as rig:
+    async with worker_rig(drain_timeout_seconds=0.05) as rig:
         d = rig.deliver(run("block"))
         await until(lambda: bool(rig.gate.started))
 

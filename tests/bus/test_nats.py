@@ -188,7 +188,9 @@ async def test_the_recorder_consumer_takes_the_configured_ack_wait(
     """``JOBSCHED_RECORDER_ACK_WAIT_SECONDS`` reaches the recorders' consumer, also one that
     exists already with another ack wait (an upgrade, a changed setting)."""
     first = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
-    changed = Bus(BusConfig(servers=[nats_server.url], prefix=prefix, recorder_ack_wait_s=7.5))
+    changed = Bus(
+        BusConfig(servers=[nats_server.url], prefix=prefix, recorder_ack_wait_seconds=7.5)
+    )
     await first.connect()
     await changed.connect()
     try:
@@ -209,5 +211,5 @@ async def test_the_recorder_consumer_takes_the_configured_ack_wait(
 def test_the_recorder_ack_wait_setting_reaches_the_bus() -> None:
     settings = load_settings({"JOBSCHED_RECORDER_ACK_WAIT_SECONDS": "45"})
 
-    assert bus_config(settings).recorder_ack_wait_s == 45.0
-    assert bus_config(load_settings({})).recorder_ack_wait_s == 30.0
+    assert bus_config(settings.nats).recorder_ack_wait_seconds == 45.0
+    assert bus_config(load_settings({}).nats).recorder_ack_wait_seconds == 30.0

@@ -265,6 +265,6 @@ def test_the_deployment_default_reads_zero_as_no_limit() -> None:
     assert Retention.of_settings(0, 0) == Retention(keep_last=None, max_age_s=None)
     assert Retention.of_settings(100, 3600) == Retention(keep_last=100, max_age_s=3600)
     settings = Settings()
-    assert Retention.of_settings(settings.history_limit, settings.history_max_age_seconds) == (
-        Retention(keep_last=1000, max_age_s=30 * 86400)
-    )
+    assert Retention.of_settings(
+        settings.retention.history_limit, settings.retention.history_max_age_seconds
+    ) == (Retention(keep_last=1000, max_age_s=30 * 86400))

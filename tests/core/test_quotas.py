@@ -104,11 +104,11 @@ def test_an_interval_below_the_smallest_one_is_refused_naming_the_field(every: f
     assert error.field == "schedule.everySeconds"
     assert "at least 1 s" in error.reason
     check_schedule(Quotas(), IntervalSchedule(every_seconds=1), T0)
-    check_schedule(Quotas(min_interval_s=0), IntervalSchedule(every_seconds=every), T0)
+    check_schedule(Quotas(min_interval_seconds=0), IntervalSchedule(every_seconds=every), T0)
 
 
 def test_a_cron_expression_firing_too_often_is_refused_by_its_smallest_gap() -> None:
-    every_minute = Quotas(min_interval_s=60)
+    every_minute = Quotas(min_interval_seconds=60)
     check_schedule(every_minute, CronSchedule(expression="* * * * *"), T0)
     check_schedule(every_minute, CronSchedule(expression="0 * * * * *"), T0)  # seconds field
     for expression in ("*/30 * * * * *", "0,1 0 * * * *"):
@@ -116,19 +116,25 @@ def test_a_cron_expression_firing_too_often_is_refused_by_its_smallest_gap() -> 
             check_schedule(every_minute, CronSchedule(expression=expression), T0)
         assert info.value.errors[0].field == "schedule.expression"
     with pytest.raises(InvalidRequest):
-        check_schedule(Quotas(min_interval_s=120), CronSchedule(expression="* * * * *"), T0)
+        check_schedule(Quotas(min_interval_seconds=120), CronSchedule(expression="* * * * *"), T0)
     check_schedule(Quotas(), CronSchedule(expression="* * * * * *"), T0)  # 1 s is allowed
-    check_schedule(Quotas(min_interval_s=5), ImmediateSchedule(), T0)
+    check_schedule(Quotas(min_interval_seconds=5), ImmediateSchedule(), T0)
 
 
 def test_the_settings_default_to_the_documented_quotas_and_zero_turns_them_off() -> None:
-    quotas = load_settings({}).quotas
-    assert quotas == Quotas(10_000, 1.0, 50.0, 100, 6_000)
+    quotas = load_settings({}).gateway.quotas
+    assert quotas == Quotas(
+        active_jobs=10_000,
+        min_interval_seconds=1.0,
+        creates_per_second=50.0,
+        creates_burst=100,
+        runs_per_minute=6_000,
+    )
     assert quotas.creates == Rate(50.0, 100.0)
     assert quotas.runs == Rate(100.0, 6000.0)
     off = load_settings(
         {"JOBSCHED_QUOTA_CREATES_PER_SECOND": "0", "JOBSCHED_QUOTA_RUNS_PER_MINUTE": "0"}
-    ).quotas
+    ).scheduler.quotas
     assert off.creates is None and off.runs is None
 
 

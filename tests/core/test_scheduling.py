@@ -37,6 +37,7 @@ from core.scheduling import (
     previous_lookups,
     stream_checks,
 )
+from core.settings import SchedulerConfig
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NO_QUOTA = Quotas(runs_per_minute=0)
@@ -65,17 +66,16 @@ def job(job_id: str = "j1", due: float = 10, *, partition: int = 0, **fields: An
 def state(**overrides: Any) -> Scheduling:
     """A fresh state at T0: lookahead 30 s, scan every 5 s, no prepare-ahead, no quota."""
     settings: dict[str, Any] = {
-        "scheduler_id": "s1",
-        "lookahead_s": 30.0,
-        "scan_interval_s": 5.0,
-        "prepare_ahead_s": 0.0,
+        "lookahead_seconds": 30.0,
+        "scan_interval_seconds": 5.0,
+        "prepare_ahead_seconds": 0.0,
         "batch": 100,
         "heap_limit": 1000,
-        "duplicate_window_s": 120.0,
-        "redispatch_after_s": 60.0,
+        "duplicate_window_seconds": 120.0,
+        "redispatch_after_seconds": 60.0,
         "quotas": NO_QUOTA,
     } | overrides
-    return Scheduling(T0, **settings)
+    return Scheduling(T0, SchedulerConfig(**settings), scheduler_id="s1")
 
 
 def run_of(j: Job, due: float, status: ExecutionStatus = ExecutionStatus.QUEUED) -> Execution:
@@ -181,7 +181,7 @@ def test_a_full_scan_ends_the_window_at_its_last_job() -> None:
 
 def test_a_job_whose_next_occurrence_is_past_the_window_leaves_the_heap() -> None:
     for lookahead_s, expected in ((30.0, None), (120.0, at(70))):
-        s = state(lookahead_s=lookahead_s)
+        s = state(lookahead_seconds=lookahead_s)
         scanned(s, [job("j1", 10)])
         assert s.due(at(10)) == ["j1"]
 
@@ -194,7 +194,7 @@ def test_a_job_whose_next_occurrence_is_past_the_window_leaves_the_heap() -> Non
 
 
 def test_prepare_ahead_records_within_the_lead_and_publishes_at_the_due_time() -> None:
-    s = state(prepare_ahead_s=2.0, scan_interval_s=60.0)
+    s = state(prepare_ahead_seconds=2.0, scan_interval_seconds=60.0)
     scanned(s, [job("j1", 10)])
     assert s.next_deadline() == at(9)  # half the lead before the job
     assert s.due(at(7.999)) == []
@@ -213,7 +213,7 @@ def test_prepare_ahead_records_within_the_lead_and_publishes_at_the_due_time() -
 
 def test_a_job_not_yet_due_within_the_lead_goes_back_to_the_heap() -> None:
     """A stale heap entry (the job moved later): it is not decided, it waits in the heap."""
-    s = state(prepare_ahead_s=2.0)
+    s = state(prepare_ahead_seconds=2.0)
     scanned(s, [])
 
     assert dispatch(s, [job("j1", 20)], at(9)) == []
@@ -222,7 +222,7 @@ def test_a_job_not_yet_due_within_the_lead_goes_back_to_the_heap() -> None:
 
 def test_a_job_whose_previous_run_is_active_is_decided_at_its_due_time() -> None:
     """Recorded ahead, it would skip for an overlap that may be over by its due time."""
-    s = state(prepare_ahead_s=2.0)
+    s = state(prepare_ahead_seconds=2.0)
     scanned(s, [])
     j, prev = previous(
         job("j1", 70, overlap_policy=OverlapPolicy.FORBID), 10, ExecutionStatus.RUNNING
@@ -533,4 +533,4 @@ def test_lost_runs_that_must_not_run_are_closed_and_those_awaiting_a_retry_not_r
 
 
 def test_candidates_are_runs_untouched_for_the_re_dispatch_timeout() -> None:
-    assert state(redispatch_after_s=60.0).stale_before(at(100)) == at(40)
+    assert state(redispatch_after_seconds=60.0).stale_before(at(100)) == at(40)

@@ -45,8 +45,8 @@ async def test_s02_once_job_one_second_late_runs_exactly_once(stack: Stack) -> N
 
 async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, prefix: str) -> None:
     client = stack.client()
-    cfg = BusConfig(servers=[observer_url(stack.settings.nats_url)], prefix=prefix)
-    async with EventLog(stack.settings.nats_url, prefix) as log:
+    cfg = BusConfig(servers=[observer_url(stack.settings.nats.url)], prefix=prefix)
+    async with EventLog(stack.settings.nats.url, prefix) as log:
         poison = await client.create_job(
             {"taskId": "fail", "parameters": {"times": 100}, "maxAttempts": 3}
         )
@@ -61,7 +61,7 @@ async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, pre
         )
         assert later.next_run_at is not None
         later_exec = execution_id(later.id, later.next_run_at)
-        nc = await nats.connect(observer_url(stack.settings.nats_url))
+        nc = await nats.connect(observer_url(stack.settings.nats.url))
         try:
             js = nc.jetstream()
             await js.publish(f"{prefix}.work.default.{run_key('x')}", b"\x00 not a run")
@@ -109,7 +109,7 @@ async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, pre
         client, later.id, lambda rs: len(rs) == 2 and all(r.status == "FAILED" for r in rs)
     )
     assert {r.id for r in recorded} == {later_exec, ghost.execution_id}
-    pending, ack_pending, _ = await consumer_state(stack.settings.nats_url, prefix)
+    pending, ack_pending, _ = await consumer_state(stack.settings.nats.url, prefix)
     assert (pending, ack_pending) == (0, 0), "every poison message left the work queue"
     assert cfg.work_consumer("default") == "workers-default"
 
@@ -121,7 +121,7 @@ async def test_s07_each_occurrence_has_its_own_message_id(
     settings = make_settings()
     async with (
         start_stack(settings, clock=clock) as stack,
-        EventLog(settings.nats_url, prefix) as log,
+        EventLog(settings.nats.url, prefix) as log,
     ):
         client = stack.client()
         job = await client.create_job(
@@ -138,7 +138,7 @@ async def test_s07_each_occurrence_has_its_own_message_id(
         assert len({r.id for r in runs}) == 5
 
         retried = next(r for r in runs if r.scheduled_for.minute == 2)
-        nc = await nats.connect(observer_url(settings.nats_url))
+        nc = await nats.connect(observer_url(settings.nats.url))
         try:
             js = nc.jetstream()
             ack = await js.publish(

@@ -62,7 +62,7 @@ async def test_pause_stops_runs_and_resume_continues_from_now(
 
 async def test_cancel_stops_a_running_run_and_every_later_one(stack: Stack, prefix: str) -> None:
     client = stack.client()
-    async with EventLog(stack.settings.nats_url, prefix) as log:
+    async with EventLog(stack.settings.nats.url, prefix) as log:
         job = await client.create_job(
             {
                 "taskId": "sleep",
@@ -120,7 +120,7 @@ async def test_concurrent_triggers_each_get_their_own_run(stack: Stack) -> None:
 
 async def test_delete_removes_the_job_and_cancels_its_run(stack: Stack, prefix: str) -> None:
     client = stack.client()
-    async with EventLog(stack.settings.nats_url, prefix) as log:
+    async with EventLog(stack.settings.nats.url, prefix) as log:
         job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 60}})
         await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=10)
         await client.delete_job(job.id)
@@ -180,7 +180,7 @@ async def test_idempotency_key_returns_the_original_job(stack: Stack) -> None:
 async def overlapping(stack: Stack, prefix: str, policy: str, *, runs: int) -> list[Execution]:
     """An interval job every 1 s whose task takes 2.5 s, until ``runs`` runs finished."""
     client = stack.client()
-    async with EventLog(stack.settings.nats_url, prefix) as log:
+    async with EventLog(stack.settings.nats.url, prefix) as log:
         job = await client.create_job(
             {
                 "taskId": "sleep",

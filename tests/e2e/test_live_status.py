@@ -203,7 +203,7 @@ async def test_a_slow_client_is_cut_off_while_a_fast_one_keeps_receiving(
                 fast = await take(client.watch(last_event_id=0), "run:SUCCEEDED", jobs[-1].id)
                 # Being slow is the fault injected here: the slow client reads nothing for three
                 # stall periods (ws_stall_seconds) after the fast one has had every event.
-                await asyncio.sleep(3 * stack.settings.ws_stall_seconds)
+                await asyncio.sleep(3 * stack.settings.gateway.ws_stall_seconds)
                 received, code = await asyncio.to_thread(read_until_close, slow)
         finally:
             slow.close()
@@ -252,7 +252,7 @@ async def test_a_client_that_resets_its_connection_mid_replay_ends_quietly(
     """A client gone while its writer waits for the socket: no 500, no error, nothing left."""
     settings = make_settings()
     async with start_stack(settings) as stack:
-        await seed_events(settings.nats_url, settings.subject_prefix, "alice", 2000)
+        await seed_events(settings.nats.url, settings.nats.subject_prefix, "alice", 2000)
         sock = await stalled_ws(stack.url, stack.token("alice"))
         try:
             async with asyncio.timeout(30):

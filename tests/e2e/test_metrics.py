@@ -191,7 +191,7 @@ async def test_gateway_metrics_count_runs_retries_and_delays(
     make_settings: SettingsFactory, prefix: str
 ) -> None:
     settings = make_settings(queue_depth_interval_seconds=0.2)
-    async with start_stack(settings) as stack, EventLog(settings.nats_url, prefix) as log:
+    async with start_stack(settings) as stack, EventLog(settings.nats.url, prefix) as log:
         client = stack.client()
         noops = [await client.create_job(noop_body()) for _ in range(3)]
         fail = await client.create_job(
@@ -206,7 +206,7 @@ async def test_gateway_metrics_count_runs_retries_and_delays(
             lambda s: (
                 value(s, "jobsched_runs_total", task="fail", status="succeeded") == 1
                 and value(s, "jobsched_events_recorded_total") == 12
-                and value(s, "jobsched_owned_partitions") == settings.partitions
+                and value(s, "jobsched_owned_partitions") == settings.scheduler.partitions
             ),
             what="the fail run's success, 12 recorded events, every partition owned",
         )
@@ -270,7 +270,7 @@ async def test_an_overlap_skip_and_a_cancelled_run_are_counted(
     make_settings: SettingsFactory, prefix: str
 ) -> None:
     settings = make_settings()
-    async with start_stack(settings) as stack, EventLog(settings.nats_url, prefix) as log:
+    async with start_stack(settings) as stack, EventLog(settings.nats.url, prefix) as log:
         client = stack.client()
         job = await client.create_job(
             {
@@ -340,7 +340,7 @@ async def test_queue_depth_follows_the_waiting_runs(
     make_settings: SettingsFactory, prefix: str
 ) -> None:
     settings = make_settings(worker_concurrency=1, queue_depth_interval_seconds=0.2)
-    async with start_stack(settings) as stack, EventLog(settings.nats_url, prefix) as log:
+    async with start_stack(settings) as stack, EventLog(settings.nats.url, prefix) as log:
         client = stack.client()
         url = f"{stack.url}/metrics"
         sleeper = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 60}})
@@ -375,7 +375,7 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
     settings = make_settings(queue_depth_interval_seconds=0.2)
     async with (
         start_stack(settings, Roles(gateway=True, scheduler=True)) as stack,
-        EventLog(settings.nats_url, prefix) as log,
+        EventLog(settings.nats.url, prefix) as log,
     ):
         env = env_for(settings, JOBSCHED_WORKER_ID="mw1", JOBSCHED_METRICS_PORT=str(port))
         child = Child(["worker"], env, tmp_path / "mw1.log")
@@ -415,7 +415,7 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
     assert value(worker, "jobsched_run_duration_seconds_count", task="fail") == 2
     assert value(worker, "jobsched_dispatched_runs_total") == 0
     assert value(gateway, "jobsched_schedule_to_publish_seconds_count") == 2
-    assert value(gateway, "jobsched_owned_partitions") == settings.partitions
+    assert value(gateway, "jobsched_owned_partitions") == settings.scheduler.partitions
     assert not any(name == "jobsched_runs_total" for name, _ in gateway)
     assert not any(
         name.startswith(("jobsched_owned", "jobsched_ws_", "http_")) for name, _ in worker

@@ -14,9 +14,9 @@ from tests.support import Stack, problem_fields, wait_job
 
 def nats_client(stack: Stack, user: str = "alice", token: str | None = None) -> NatsJobschedClient:
     return NatsJobschedClient(
-        stack.settings.nats_url,
+        stack.settings.nats.url,
         token or stack.token(user),
-        prefix=stack.settings.subject_prefix,
+        prefix=stack.settings.nats.subject_prefix,
         credentials=api_credentials(stack.settings),
     )
 
@@ -73,10 +73,10 @@ async def test_errors_carry_the_http_codes(stack: Stack) -> None:
 
 
 async def test_an_empty_create_is_malformed_as_over_http(stack: Stack) -> None:
-    nc = await nats.connect(observer_url(stack.settings.nats_url))
+    nc = await nats.connect(observer_url(stack.settings.nats.url))
     try:
         msg = await nc.request(
-            f"{stack.settings.subject_prefix}.api.create",
+            f"{stack.settings.nats.subject_prefix}.api.create",
             b"",
             timeout=5,
             headers={"Authorization": f"Bearer {stack.token()}"},
@@ -119,13 +119,13 @@ async def test_list_time_bounds_are_checked_as_over_http(stack: Stack, when: str
 
 async def test_the_service_is_discoverable(stack: Stack) -> None:
     """ADR-32: $SRV.INFO answers with the endpoints and their subjects (what `nats micro` shows)."""
-    nc = await nats.connect(observer_url(stack.settings.nats_url))
+    nc = await nats.connect(observer_url(stack.settings.nats.url))
     try:
         info = msgspec.json.decode((await nc.request("$SRV.INFO.jobsched", b"", timeout=5)).data)
     finally:
         await nc.close()
     subjects = {e["subject"] for e in info["endpoints"]}
-    prefix = stack.settings.subject_prefix
+    prefix = stack.settings.nats.subject_prefix
     assert {
         f"{prefix}.api.{op}"
         for op in ("create", "get", "list", "cancel", "pause", "resume", "trigger")

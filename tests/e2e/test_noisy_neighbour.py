@@ -61,7 +61,7 @@ async def test_stalled_replaying_clients_cost_the_scheduler_no_lease_and_no_run(
             timeout_s=20,
             what="the interval job's first run",
         )
-        await seed_events(own_nats.url, settings.subject_prefix, "alice", SEEDED_EVENTS)
+        await seed_events(own_nats.url, settings.nats.subject_prefix, "alice", SEEDED_EVENTS)
         stalled: list[socket.socket] = []
         try:
             async with asyncio.timeout(120):

@@ -70,7 +70,7 @@ async def test_failing_task_retries_with_growing_delays_then_succeeds(
     stack: Stack, prefix: str
 ) -> None:
     client = stack.client()
-    async with EventLog(stack.settings.nats_url, prefix) as log:
+    async with EventLog(stack.settings.nats.url, prefix) as log:
         job = await client.create_job(
             {"taskId": "fail", "parameters": {"times": 2}, "maxAttempts": 3}
         )
@@ -120,7 +120,7 @@ async def test_run_longer_than_ack_wait_runs_exactly_once(
 ) -> None:
     """Case S05: in-progress acks keep a long run from being redelivered."""
     settings = make_settings(ack_wait_seconds=1.0)
-    async with start_stack(settings) as stack, EventLog(settings.nats_url, prefix) as log:
+    async with start_stack(settings) as stack, EventLog(settings.nats.url, prefix) as log:
         client = stack.client()
         job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 3.5}})
         await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=15)

@@ -32,7 +32,7 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
     settings = make_settings(ack_wait_seconds=1.5)
     async with (
         start_stack(settings, Roles(gateway=True, scheduler=True)) as stack,
-        EventLog(settings.nats_url, prefix) as log,
+        EventLog(settings.nats.url, prefix) as log,
     ):
         first = Child(["worker"], env_for(settings, JOBSCHED_WORKER_ID="w1"), tmp_path / "w1.log")
         second: Child | None = None
@@ -53,7 +53,7 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         running = [e for e in log.of(job.id) if e.status == ExecutionStatus.RUNNING]
         assert [(e.attempt, e.worker_id) for e in running] == [(1, "w1"), (2, "w2")]
         assert (running[1].at - killed_at).total_seconds() >= 0
-        assert (running[1].at - running[0].at).total_seconds() >= settings.ack_wait_seconds
+        assert (running[1].at - running[0].at).total_seconds() >= settings.nats.ack_wait_seconds
         [run] = await wait_executions(
             client, job.id, lambda rs: bool(rs) and rs[0].status == "SUCCEEDED"
         )
@@ -368,7 +368,7 @@ async def test_dev_bus_is_authenticated_and_its_secrets_private_and_never_logged
                 )
         finally:  # nats-py leaves the socket of a refused connection open otherwise
             await anonymous.close()
-        prefix = load_settings(env).subject_prefix
+        prefix = load_settings(env).nats.subject_prefix
         async with NatsJobschedClient(exports["NATS_URL"], token, prefix=prefix) as api:
             job = await api.create_job({"taskId": "noop"})
         async with JobschedClient(url, token) as client:

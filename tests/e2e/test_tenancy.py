@@ -27,15 +27,15 @@ CRON = {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 3 * * *"
 def token(stack: Stack, user: str, role: Role = Role.USER, read_only: bool = False) -> str:
     scopes = frozenset({READ}) if read_only else frozenset({READ, "jobs:write"})
     return mint_token(
-        stack.settings.auth_secret, user, ttl=timedelta(hours=1), role=role, scopes=scopes
+        stack.settings.gateway.auth_secret, user, ttl=timedelta(hours=1), role=role, scopes=scopes
     )
 
 
 def over_nats(stack: Stack, tok: str) -> NatsJobschedClient:
     return NatsJobschedClient(
-        stack.settings.nats_url,
+        stack.settings.nats.url,
         tok,
-        prefix=stack.settings.subject_prefix,
+        prefix=stack.settings.nats.subject_prefix,
         credentials=api_credentials(stack.settings),
     )
 

@@ -71,10 +71,10 @@ class Cluster:
 
     async def lease_owners(self) -> dict[int, str]:
         """Partition → owner, as the lease bucket shows now."""
-        nc = await nats.connect(observer_url(self.settings.nats_url).split(","))
+        nc = await nats.connect(observer_url(self.settings.nats.url).split(","))
         try:
             try:
-                kv = await nc.jetstream().key_value(f"{self.settings.subject_prefix}_leases")
+                kv = await nc.jetstream().key_value(f"{self.settings.nats.subject_prefix}_leases")
             except nats.js.errors.BucketNotFoundError:
                 return {}
             try:
@@ -100,7 +100,7 @@ class Cluster:
     ) -> dict[str, set[int]]:
         """Wait until every partition is leased and each of ``members`` holds its fair share."""
         wanted = set(members)
-        n = self.settings.partitions
+        n = self.settings.scheduler.partitions
         share = -(-n // len(wanted))
         async with asyncio.timeout(timeout_s):
             while True:

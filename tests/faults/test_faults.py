@@ -70,7 +70,7 @@ async def test_1_killing_a_scheduler_fails_over_to_the_survivor(
     print(f"\nscenario 1: lost={lost} duplicates={duplicates} failover={failover:.2f}s")
     assert lost == 0
     assert {r.dispatched_by for r in runs} == {"s1", "s2"}
-    assert 0 < failover <= 2 * settings.lease_ttl_seconds + 2
+    assert 0 < failover <= 2 * settings.scheduler.lease_ttl_seconds + 2
 
 
 async def test_2_killing_a_worker_mid_task_redelivers_its_runs(
@@ -222,7 +222,7 @@ async def test_6_sigterm_drains_a_worker(
         assert (run.attempt, run.worker_id) == (2, "w2")
         assert run.finished_at is not None
         took = (run.finished_at - sent).total_seconds()
-        assert took < settings.ack_wait_seconds, (
+        assert took < settings.nats.ack_wait_seconds, (
             f"handed back by a nak, not by ack-wait expiry ({took:.1f}s)"
         )
     else:
@@ -242,7 +242,7 @@ async def test_7_losing_the_work_stream_loses_no_run(
         async with asyncio.timeout(20):
             while sum(1 for r in c.runs() if r.job_id in set(jobs)) < len(jobs):
                 await asyncio.sleep(0.05)
-        nc = await nats.connect(observer_url(settings.nats_url))
+        nc = await nats.connect(observer_url(settings.nats.url))
         try:
             js = nc.jetstream()
             stream = f"{prefix.upper()}_WORK"

@@ -13,7 +13,8 @@ from aiohttp.test_utils import TestServer
 
 from core.clock import Clock, SystemClock
 from core.ports import JobStore
-from gateway.app import GatewayConfig, GatewayDeps, create_app
+from core.settings import GatewayConfig
+from gateway.app import GatewayDeps, create_app
 from gateway.auth import mint_token
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore

@@ -8,7 +8,8 @@ from pathlib import Path
 from openapi_spec_validator import validate
 
 from core.clock import SystemClock
-from gateway.app import GatewayConfig, GatewayDeps, create_app
+from core.settings import GatewayConfig
+from gateway.app import GatewayDeps, create_app
 from gateway.openapi import ROUTES, UNDOCUMENTED, openapi_document
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore

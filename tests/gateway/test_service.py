@@ -29,7 +29,8 @@ from core.model import (
 )
 from core.ports import JobStatusConflict
 from core.quotas import Quotas
-from gateway.service import JobService, ServiceConfig
+from core.settings import GatewayConfig
+from gateway.service import JobService
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore
 from tests.fakes import FakeBus, FakeCancelSignals
@@ -85,7 +86,7 @@ async def make_rig(tmp_path: Path, quotas: Quotas | None = None) -> Rig:
     store = SqliteStore(tmp_path / "service.db")
     await store.open()
     bus, markers, clock = FakeBus(), FakeCancelSignals(), FakeClock(T0)
-    config = ServiceConfig(partitions=8, quotas=quotas or Quotas())
+    config = GatewayConfig(partitions=8, quotas=quotas or Quotas())
     service = JobService(store, bus, builtin_catalog(), clock, config, markers)
     notices: list[JobNotice] = []
 

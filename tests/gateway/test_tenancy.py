@@ -20,7 +20,8 @@ from aiohttp.test_utils import TestServer
 from core.access import READ, SCOPES, Role
 from core.clock import FakeClock
 from core.quotas import UNLIMITED, Quotas
-from gateway.app import GatewayConfig, GatewayDeps, create_app
+from core.settings import GatewayConfig
+from gateway.app import GatewayDeps, create_app
 from gateway.auth import mint_token
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore
@@ -338,7 +339,7 @@ async def test_active_jobs_are_limited_and_freed_by_cancelling(tmp_path: Path) -
 async def test_an_interval_below_the_smallest_is_invalid_on_create_and_patch(
     tmp_path: Path,
 ) -> None:
-    async for d in deployment(tmp_path, Quotas(min_interval_s=5)):
+    async for d in deployment(tmp_path, Quotas(min_interval_seconds=5)):
         gw = d.gw
         fast = {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 0.001}}
         status, problem, _ = await gw.call("POST", "/jobs", body=fast)

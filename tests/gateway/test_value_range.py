@@ -22,9 +22,10 @@ from aiohttp.test_utils import TestServer
 from core.clock import SystemClock
 from core.errors import StoreRejected
 from core.ports import JobQuery, JobStore
+from core.settings import GatewayConfig
 from core.tasks import TaskContext
 from core.values import MAX_DEPTH, MAX_INT, MIN_INT
-from gateway.app import GatewayConfig, GatewayDeps, create_app
+from gateway.app import GatewayDeps, create_app
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore
 from tests.gateway.conftest import Api

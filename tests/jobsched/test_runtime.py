@@ -11,7 +11,7 @@ from bus.callout import new_issuer_seed, write_issuer_seed
 from core.errors import ConfigError
 from core.history import Retention
 from core.settings import load_settings
-from jobsched.runtime import Roles, callout_issuer, retention_config, run_actors
+from jobsched.runtime import Roles, callout_issuer, run_actors
 
 
 class MissesOneCancellation:
@@ -85,10 +85,10 @@ def test_the_retention_settings_reach_the_pruner() -> None:
         }
     )
 
-    config = retention_config(settings)
+    config = settings.retention
 
     assert config.default == Retention(keep_last=7, max_age_s=None)
-    assert (config.sweep_interval_s, config.partitions) == (60.0, 16)
+    assert (config.sweep_interval_seconds, config.partitions) == (60.0, 16)
 
 
 def test_a_gateway_reads_the_callout_issuer_before_it_connects(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
     await recorder.connect()
     try:
         await scheduler.ensure_streams()
-        leases = LeaseBucket(scheduler, ttl_s=5)
+        leases = LeaseBucket(scheduler, ttl_seconds=5)
         await leases.open()
         assert await leases.acquire(0, "s1") is not None
         stop = asyncio.Event()
@@ -157,7 +157,7 @@ async def test_no_role_but_the_schedulers_and_gateways_can_attack_the_bus(
     await scheduler.connect()
     try:
         await scheduler.ensure_streams()
-        leases = LeaseBucket(scheduler, ttl_s=5)
+        leases = LeaseBucket(scheduler, ttl_seconds=5)
         await leases.open()
         await leases.acquire(0, "s1")
         async with attacker(server.url, files[role]) as (nc, errors):

@@ -348,7 +348,7 @@ async def test_a_jobsched_process_connects_with_tls_from_its_settings(
 def tls_settings_error(**files: str) -> str:
     settings = load_settings({f"JOBSCHED_NATS_TLS_{k.upper()}": v for k, v in files.items()})
     with pytest.raises(ConfigError) as error:
-        bus_config(settings)
+        bus_config(settings.nats)
     return error.value.message
 
 
