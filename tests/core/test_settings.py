@@ -311,5 +311,7 @@ def test_every_env_name_is_read_by_the_loader(caplog: pytest.LogCaptureFixture) 
 
 
 def test_a_bad_allowed_network_is_refused_at_load_naming_the_variable() -> None:
-    with pytest.raises(ConfigError, match="^invalid setting: JOBSCHED_HTTP_ALLOWED_NETWORKS: allowed network"):
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting: JOBSCHED_HTTP_ALLOWED_NETWORKS: allowed network"
+    ):
         load_settings({"JOBSCHED_HTTP_ALLOWED_NETWORKS": "10.0.0.0/33"})
