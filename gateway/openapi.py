@@ -124,6 +124,7 @@ ROUTES: list[Route] = [
             ),
             Param("startTime", INSTANT, "Created at or after (RFC 3339 with offset)."),
             Param("endTime", INSTANT, "Created before (RFC 3339 with offset)."),
+            Param("taskId", {"type": "string"}, "Only jobs of this task."),
             LIMIT,
             CURSOR,
             OWNER,
@@ -197,6 +198,18 @@ ROUTES: list[Route] = [
         Page[Execution],
         params=[ID, LIMIT, CURSOR],
         problems=(401, 403, 404, 422, 503),
+    ),
+    Route(
+        "get",
+        "/jobs/{job_id}/executions/{execution_id}",
+        "One run of a job, with its attempts",
+        200,
+        Execution,
+        params=[
+            ID,
+            Param("execution_id", {"type": "string"}, "The run's id.", where="path", required=True),
+        ],
+        problems=(401, 403, 404, 503),
     ),
     Route(
         "get",
