@@ -47,6 +47,7 @@ from core.model import (
 from core.ports import JobQuery, JobStore
 from core.quotas import Quotas
 from core.tasks import TaskCatalog, validation_field_error
+from gateway import dashboard
 from gateway.auth import principal_from_authorization
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
@@ -175,6 +176,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/docs", docs)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    dashboard.add_routes(app)
     return app
 
 
@@ -292,7 +294,7 @@ def _client_gone(request: web.Request) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path not in PUBLIC_PATHS:
+    if request.path not in PUBLIC_PATHS and not dashboard.is_public(request):
         secret = request.app[DEPS].config.auth_secret
         header = request.headers.get("Authorization")
         request[PRINCIPAL] = principal_from_authorization(header, secret)
