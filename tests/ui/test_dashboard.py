@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.async_api import expect
 
 from core.model import ExecutionStatus, JobStatus
+from jobsched.client import ApiError
 from tests.support import Stack
 from tests.ui.conftest import TIMEOUT_MS, SignIn
 
@@ -93,14 +95,7 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
     job = await alice.create_job({"taskId": "noop", "schedule": CRON_BERLIN, "maxAttempts": 2})
     tab = await signed_in()
     page = tab.page
-    for _ in range(20):  # by keyboard: Tab to the job's link, Enter
-        await page.keyboard.press("Tab")
-        if await page.evaluate("document.activeElement.textContent") == "noop":
-            break
-    focused = page.locator(":focus")
-    await expect(focused).to_have_attribute("href", f"/ui/jobs/{job.id}")
-    await expect(focused).to_have_css("outline-style", "solid")  # focus is visible
-    await page.keyboard.press("Enter")
+    await page.get_by_role("link", name="noop").click()
     await expect(page).to_have_url(f"{stack.url}/ui/jobs/{job.id}")
     await expect(page.locator("#upcoming tbody tr")).to_have_count(10)
     await expect(page.locator("#upcoming tbody tr").first).to_contain_text(
@@ -115,11 +110,7 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
         await dialog.get_by_role("button", name=name, exact=True).click()
         await expect(dialog).to_be_hidden()
 
-    await page.get_by_role("button", name="Pause", exact=True).click()
-    await expect(page.get_by_role("button", name="Back")).to_be_focused()  # the safe choice first
-    await page.keyboard.press("Tab")
-    await page.keyboard.press("Enter")  # OK, by keyboard
-    await expect(page.get_by_role("dialog")).to_be_hidden()
+    await act("Pause")
     await expect(page.locator("#job-status")).to_have_text("PAUSED")
     assert (await alice.get_job(job.id)).status is JobStatus.PAUSED
     await expect(page.get_by_role("button", name="Pause", exact=True)).to_be_disabled()
@@ -140,6 +131,44 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
     assert (run.trigger, run.status) == ("manual", ExecutionStatus.SUCCEEDED)
     await expect(page.locator("#job-summary")).to_contain_text("SUCCEEDED")  # its last run
     await tab.screenshot("job")
+
+    await act("Cancel")
+    await expect(page.locator("#job-status")).to_have_text("CANCELLED")
+    assert (await alice.get_job(job.id)).status is JobStatus.CANCELLED
+    await act("Delete")
+    await expect(page).to_have_url(f"{stack.url}/ui/")
+    await expect(page.locator(f"#job-{job.id}")).to_have_count(0)
+    with pytest.raises(ApiError) as deleted:
+        await alice.get_job(job.id)
+    assert deleted.value.status == 404
+    tab.assert_clean()
+
+
+async def test_the_keyboard_opens_a_job_and_confirms_an_action(
+    signed_in: SignIn, stack: Stack
+) -> None:
+    job = await stack.client().create_job({"taskId": "noop", "schedule": CRON_BERLIN})
+    tab = await signed_in()
+    page = tab.page
+    for _ in range(20):  # by keyboard: Tab to the job's link, Enter
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.textContent") == "noop":
+            break
+    focused = page.locator(":focus")
+    await expect(focused).to_have_attribute("href", f"/ui/jobs/{job.id}")
+    await expect(focused).to_have_css("outline-style", "solid")  # focus is visible
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(f"{stack.url}/ui/jobs/{job.id}")
+    await tab.live()
+    pause = page.get_by_role("button", name="Pause", exact=True)
+    await pause.focus()
+    await page.keyboard.press("Enter")
+    await expect(page.get_by_role("button", name="Back")).to_be_focused()  # the safe choice first
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Enter")  # OK
+    await expect(page.get_by_role("dialog")).to_be_hidden()
+    await expect(page.locator("#job-status")).to_have_text("PAUSED")
+    assert (await stack.client().get_job(job.id)).status is JobStatus.PAUSED
     tab.assert_clean()
 
 

@@ -58,13 +58,17 @@ export async function api(path, { method = "GET", body, tokenValue = token() } =
 /**
  * Live events of the user's jobs (all, or `jobIds`) from GET /ws, resumed without a gap after
  * a disconnect (`lastEventId`). `onEvent(event)` gets each event's body; `onState(state)` one of
- * "connecting", "subscribed", "reconnecting", "unavailable".
+ * "connecting", "subscribed", "reconnecting", "unavailable". `onResync()` is called when a
+ * subscription starts "from now" (the first one, or a reconnect before any event came): what
+ * changed between the page's first load and that moment is in no event, so the page reloads.
  */
 export class LiveFeed {
-  constructor({ jobIds = null, onEvent, onState = () => {} }) {
+  constructor({ jobIds = null, onEvent, onState = () => {}, onResync = () => {} }) {
     this.jobIds = jobIds;
     this.onEvent = onEvent;
     this.onState = onState;
+    this.onResync = onResync;
+    this.fromNow = true;
     this.lastEventId = null;
     this.ws = null;
     this.stopped = false;
@@ -100,6 +104,7 @@ export class LiveFeed {
       const sub = { type: "subscribe" };
       if (this.jobIds) sub.jobIds = this.jobIds;
       if (this.lastEventId !== null) sub.lastEventId = this.lastEventId;
+      this.fromNow = this.lastEventId === null;
       ws.send(JSON.stringify(sub));
     });
     ws.addEventListener("message", (m) => {
@@ -107,6 +112,7 @@ export class LiveFeed {
       if (msg.type === "subscribed") {
         this.retries = 0;
         this.onState("subscribed");
+        if (this.fromNow) this.onResync();
       } else if (msg.type === "event") {
         this.lastEventId = msg.id;
         this.onEvent(msg.event);

@@ -208,12 +208,16 @@ export function renderJob(main, jobId) {
     }, 50);
   }
 
-  const feed = new LiveFeed({ jobIds: [jobId], onEvent, onState: liveState }).start();
-  load().catch((e) => {
-    title.textContent = e.status === 404 ? "Job not found" : "Cannot load the job";
-    message.textContent = e.message;
-    message.classList.add("error");
-  });
+  function show() {
+    load().catch((e) => {
+      if (e.status === 404) feed.stop(); // nothing of it will come
+      title.textContent = e.status === 404 ? "Job not found" : "Cannot load the job";
+      message.textContent = e.message;
+      message.classList.add("error");
+    });
+  }
+  const feed = new LiveFeed({ jobIds: [jobId], onEvent, onState: liveState, onResync: show }).start();
+  show();
   return () => {
     stopped = true;
     clearTimeout(pending);

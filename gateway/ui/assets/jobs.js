@@ -178,12 +178,16 @@ export function renderJobs(main, params) {
       refresh(event.jobId, event).catch((e) => console.warn("refresh", e.message));
     },
     onState: liveState,
+    onResync: () => show(),
   }).start();
 
-  load().catch((e) => {
-    status.textContent = `Cannot load the jobs: ${e.message}`;
-    status.classList.add("error");
-  });
+  function show() {
+    load().catch((e) => {
+      status.textContent = `Cannot load the jobs: ${e.message}`;
+      status.classList.add("error");
+    });
+  }
+  show();
   return () => {
     stopped = true;
     feed.stop();

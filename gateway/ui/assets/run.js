@@ -1,6 +1,6 @@
 // Run: one execution's attempts, worker, error and result, updated live.
 import { api, LiveFeed, loadFresh, TERMINAL } from "./api.js";
-import { badge, between, duration, h, inZone, jobZone, shortId } from "./format.js";
+import { badge, between, duration, h, inZone, jobZone } from "./format.js";
 import { liveState } from "./shell.js";
 
 function field(name, v) {
@@ -65,7 +65,7 @@ export function renderRun(main, jobId, executionId) {
     if (stopped) return run;
     const zone = jobZone(job);
     title.textContent = `Run of ${job.taskId} `;
-    title.append(h("span", { class: "muted mono" }, shortId(run.id)));
+    title.append(h("span", { class: "muted" }, `for ${inZone(run.scheduledFor, zone)}`));
     body.replaceChildren(
       h(
         "dl",
@@ -98,11 +98,16 @@ export function renderRun(main, jobId, executionId) {
       loadFresh(load, (run) => !latest || run.status === latest || TERMINAL.has(run.status)).catch((e) => console.warn("refresh", e.message));
     },
     onState: liveState,
+    onResync: () => show(),
   }).start();
-  load().catch((e) => {
-    title.textContent = e.status === 404 ? "Run not found" : "Cannot load the run";
-    body.replaceChildren(h("p", { class: "error" }, e.message));
-  });
+  function show() {
+    load().catch((e) => {
+      if (e.status === 404) feed.stop(); // nothing of it will come
+      title.textContent = e.status === 404 ? "Run not found" : "Cannot load the run";
+      body.replaceChildren(h("p", { class: "error" }, e.message));
+    });
+  }
+  show();
   return () => {
     stopped = true;
     feed.stop();
