@@ -152,3 +152,29 @@ export async function loadFresh(load, isFresh, tries = 6) {
   }
   return result;
 }
+
+/**
+ * `fn` made to run one at a time: a call while it runs makes it run once more afterwards (calls
+ * meanwhile coalesce), so answers are applied in the order they were asked for and the last
+ * call's answer is applied last.
+ */
+export function serialized(fn) {
+  let running = null;
+  let again = false;
+  const run = async () => {
+    do {
+      again = false;
+      try {
+        await fn();
+      } catch (e) {
+        console.warn("refresh", e.message);
+      }
+    } while (again);
+    running = null;
+  };
+  return () => {
+    if (running) again = true;
+    else running = run();
+    return running;
+  };
+}

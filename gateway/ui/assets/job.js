@@ -1,5 +1,5 @@
 // Job: its spec, its next fire times, its runs, and the controls, updated live.
-import { api, LiveFeed, loadFresh, TERMINAL } from "./api.js";
+import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
 import { badge, h, inZone, jobZone, scheduleWords, shortId, when } from "./format.js";
 import { confirmAction, liveState, navigate } from "./shell.js";
 
@@ -142,7 +142,7 @@ export function renderJob(main, jobId) {
       await api(`${base}/${a.name}`, { method: "POST" });
       message.textContent = `${a.label}: done.`;
       message.classList.remove("error");
-      await load();
+      await refresh();
     } catch (e) {
       message.textContent = `${a.label}: ${e.message}`;
       message.classList.add("error");
@@ -181,7 +181,17 @@ export function renderJob(main, jobId) {
   }
 
   const latest = new Map(); // execution id → the latest run status an event told
-  let pending = null;
+  const refresh = serialized(async () => {
+    await loadJob();
+    if (runsCursor || stopped) return;
+    await loadFresh(loadRuns, (page) =>
+      [...latest].every(([id, status]) => {
+        const run = page.items.find((r) => r.id === id);
+        return !run || run.status === status || TERMINAL.has(run.status);
+      }),
+    );
+    await loadJob(); // the job's status and last run, as the recorder wrote them with the run
+  });
   function onEvent(event) {
     if (event.kind === "job" && event.event === "deleted") {
       message.textContent = "This job was deleted.";
@@ -189,23 +199,7 @@ export function renderJob(main, jobId) {
       return;
     }
     if (event.kind === "run") latest.set(event.executionId, event.status);
-    if (pending) return;
-    pending = setTimeout(async () => {
-      pending = null;
-      try {
-        await loadJob();
-        if (runsCursor) return;
-        await loadFresh(loadRuns, (page) =>
-          [...latest].every(([id, status]) => {
-            const run = page.items.find((r) => r.id === id);
-            return !run || run.status === status || TERMINAL.has(run.status);
-          }),
-        );
-        await loadJob();
-      } catch (e) {
-        console.warn("refresh", e.message);
-      }
-    }, 50);
+    refresh();
   }
 
   function show() {
@@ -220,7 +214,6 @@ export function renderJob(main, jobId) {
   show();
   return () => {
     stopped = true;
-    clearTimeout(pending);
     feed.stop();
   };
 }

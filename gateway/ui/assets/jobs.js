@@ -1,5 +1,5 @@
 // Jobs: the user's jobs, filtered by the URL's query, a page at a time, updated live.
-import { api, LiveFeed, loadFresh, TERMINAL } from "./api.js";
+import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
 import { badge, h, jobZone, scheduleWords, shortId, when } from "./format.js";
 import { liveState, navigate } from "./shell.js";
 
@@ -150,7 +150,11 @@ export function renderJobs(main, params) {
     more.replaceChildren(...links);
   }
 
-  async function refresh(jobId, event) {
+  const latest = new Map(); // job id → its latest event
+  const refreshers = new Map(); // job id → its refresh, one at a time
+
+  async function refresh(jobId) {
+    const event = latest.get(jobId);
     const job = await loadFresh(
       () => api(`/jobs/${encodeURIComponent(jobId)}`).catch((e) => (e.status === 404 ? null : Promise.reject(e))),
       (j) => reflects(j, event),
@@ -175,7 +179,9 @@ export function renderJobs(main, params) {
         count();
         return;
       }
-      refresh(event.jobId, event).catch((e) => console.warn("refresh", e.message));
+      latest.set(event.jobId, event);
+      if (!refreshers.has(event.jobId)) refreshers.set(event.jobId, serialized(() => refresh(event.jobId)));
+      refreshers.get(event.jobId)();
     },
     onState: liveState,
     onResync: () => show(),

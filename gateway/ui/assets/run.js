@@ -1,5 +1,5 @@
 // Run: one execution's attempts, worker, error and result, updated live.
-import { api, LiveFeed, loadFresh, TERMINAL } from "./api.js";
+import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
 import { badge, between, duration, h, inZone, jobZone } from "./format.js";
 import { liveState } from "./shell.js";
 
@@ -90,12 +90,13 @@ export function renderRun(main, jobId, executionId) {
     return run;
   }
 
+  const refresh = serialized(() => loadFresh(load, (run) => !latest || run.status === latest || TERMINAL.has(run.status)));
   const feed = new LiveFeed({
     jobIds: [jobId],
     onEvent: (event) => {
       if (event.kind !== "run" || event.executionId !== executionId) return;
       latest = event.status;
-      loadFresh(load, (run) => !latest || run.status === latest || TERMINAL.has(run.status)).catch((e) => console.warn("refresh", e.message));
+      refresh();
     },
     onState: liveState,
     onResync: () => show(),
