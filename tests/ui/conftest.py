@@ -66,7 +66,9 @@ class Tab:
 
     page: Page
     url: str
+    token: str
     problems: list[str] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
 
     async def open(self, path: str) -> None:
         await self.page.goto(self.url + path)
@@ -84,7 +86,11 @@ class Tab:
         return path
 
     def assert_clean(self) -> None:
+        """No console error, no uncaught exception, and the token in no URL the page opened
+        (requests and WebSockets)."""
         assert self.problems == [], "console errors or uncaught exceptions"
+        assert [u for u in self.urls if self.token in u] == []
+        assert any(u.endswith("/ws") for u in self.urls), "the page opened its live feed"
 
 
 SignIn = Callable[..., Awaitable[Tab]]
@@ -110,7 +116,7 @@ async def sign_in(context: BrowserContext, stack: Stack, user: str) -> Tab:
     """A new tab in ``context``, signed in as ``user`` through the sign-in form."""
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
-    tab = Tab(page, stack.url)
+    tab = Tab(page, stack.url, stack.token(user))
 
     def on_console(message: ConsoleMessage) -> None:
         if message.type == "error":
@@ -121,8 +127,10 @@ async def sign_in(context: BrowserContext, stack: Stack, user: str) -> Tab:
 
     page.on("console", on_console)
     page.on("pageerror", on_error)
+    page.on("request", lambda request: tab.urls.append(request.url))
+    page.on("websocket", lambda ws: tab.urls.append(ws.url))
     await tab.open("/ui/")
-    await page.get_by_label("Bearer token").fill(stack.token(user))
+    await page.get_by_label("Bearer token").fill(tab.token)
     await page.get_by_role("button", name="Sign in").click()
     await expect(page.locator("#jobs")).to_be_visible()
     await expect(page.locator("#who")).to_have_text(f"signed in as {user}")
