@@ -101,6 +101,10 @@ class JobNotFound(NotFound):
     code = "job_not_found"
 
 
+class ExecutionNotFound(NotFound):
+    code = "execution_not_found"
+
+
 class Conflict(JobschedError):
     """The request conflicts with the current state (HTTP 409)."""
 

@@ -48,12 +48,14 @@ class JobQuery:
             latest run failed with ``FAILED``).
         created_from: creation time >= this (aware).
         created_to: creation time < this (aware).
+        task_id: only jobs of this task (exact match).
     """
 
     status: JobStatus | None = None
     last_run_status: ExecutionStatus | None = None
     created_from: datetime | None = None
     created_to: datetime | None = None
+    task_id: str | None = None
 
 
 class IdempotencyKeyReused(Conflict):

@@ -26,6 +26,7 @@ from core.access import Principal
 from core.audit import AuditQuery
 from core.clock import Clock
 from core.errors import (
+    ExecutionNotFound,
     FieldError,
     InvalidRequest,
     JobschedError,
@@ -44,6 +45,7 @@ from core.model import (
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
+from gateway import dashboard
 from gateway.auth import principal_from_authorization
 from gateway.http_metrics import http_metrics_middleware
 from gateway.live import LiveStatus
@@ -125,6 +127,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_post("/jobs/{job_id}/cancel", control(JobService.cancel))
     app.router.add_post("/jobs/{job_id}/trigger", trigger_job)
     app.router.add_get("/jobs/{job_id}/executions", list_executions)
+    app.router.add_get("/jobs/{job_id}/executions/{execution_id}", get_execution)
     app.router.add_get("/jobs/{job_id}/upcoming", upcoming)
     app.router.add_get("/jobs/{job_id}/audit", job_audit)
     app.router.add_get("/audit", list_audit)
@@ -144,6 +147,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/docs", docs)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    dashboard.add_routes(app)
     return app
 
 
@@ -261,7 +265,7 @@ def _client_gone(request: web.Request) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path not in PUBLIC_PATHS:
+    if request.path not in PUBLIC_PATHS and not dashboard.is_public(request):
         secret = request.app[DEPS].config.auth_secret
         header = request.headers.get("Authorization")
         request[PRINCIPAL] = principal_from_authorization(header, secret)
@@ -373,7 +377,17 @@ async def preview(request: web.Request) -> web.Response:
 
 
 LIST_PARAMS = frozenset(
-    {"status", "lastRunStatus", "startTime", "endTime", "limit", "cursor", "owner", "allUsers"}
+    {
+        "status",
+        "lastRunStatus",
+        "startTime",
+        "endTime",
+        "taskId",
+        "limit",
+        "cursor",
+        "owner",
+        "allUsers",
+    }
 )
 
 
@@ -387,6 +401,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         last_run_status=_enum_param(q, "lastRunStatus", ExecutionStatus),
         created_from=_time_param(q, "startTime"),
         created_to=_time_param(q, "endTime"),
+        task_id=q.get("taskId") or None,
     )
     page = await request.app[SERVICE].list_jobs(
         request[PRINCIPAL],
@@ -417,6 +432,20 @@ async def list_executions(request: web.Request) -> web.Response:
         cursor=q.get("cursor") or None,
     )
     return json_response(page)
+
+
+async def get_execution(request: web.Request) -> web.Response:
+    """``GET /jobs/{id}/executions/{execution_id}``: one run of the job, attempts included.
+
+    Raises:
+        JobNotFound: no such job for the caller. ExecutionNotFound: no such run of that job.
+    """
+    job = await request.app[SERVICE].get(request[PRINCIPAL], request.match_info["job_id"])
+    execution_id = request.match_info["execution_id"]
+    run = await request.app[DEPS].store.get_execution(execution_id)
+    if run is None or run.job_id != job.id:
+        raise ExecutionNotFound(f"execution {execution_id} of job {job.id} not found")
+    return json_response(run)
 
 
 AUDIT_PARAMS = frozenset({"limit", "cursor"})

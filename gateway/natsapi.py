@@ -7,7 +7,7 @@ operation     request body                                            reply
 ============  ======================================================  ================
 ``create``    a job (as ``POST /jobs``); header ``Idempotency-Key``   the job
 ``get``       ``{"id": "<job id>"}``                                  the job
-``list``      ``{"status", "lastRunStatus", "startTime", "endTime",   a page of jobs
+``list``      ``{"status", "lastRunStatus", "startTime", "endTime", "taskId",   a page of jobs
               "limit", "cursor", "owner", "allUsers"}`` (all optional)
 ``cancel``    ``{"id": …}``                                           the job
 ``pause``     ``{"id": …}``                                           the job
@@ -73,6 +73,7 @@ class ListRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     last_run_status: ExecutionStatus | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
+    task_id: str | None = None
     limit: int = msgspec.field(default=50)
     cursor: str | None = None
     owner: str | None = None
@@ -124,7 +125,7 @@ async def _op_list(svc: JobService, user: Principal, data: bytes, headers: dict[
         for name, t in (("startTime", req.start_time), ("endTime", req.end_time))
     )
     _check_limit(req.limit)
-    query = JobQuery(req.status, req.last_run_status, start, end)
+    query = JobQuery(req.status, req.last_run_status, start, end, req.task_id or None)
     return await svc.list_jobs(
         user,
         query,

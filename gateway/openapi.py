@@ -28,6 +28,7 @@ from core.model import (
     Page,
     Problem,
 )
+from gateway import dashboard
 
 REF = "#/components/schemas/{name}"
 
@@ -124,6 +125,7 @@ ROUTES: list[Route] = [
             ),
             Param("startTime", INSTANT, "Created at or after (RFC 3339 with offset)."),
             Param("endTime", INSTANT, "Created before (RFC 3339 with offset)."),
+            Param("taskId", {"type": "string"}, "Only jobs of this task."),
             LIMIT,
             CURSOR,
             OWNER,
@@ -200,6 +202,18 @@ ROUTES: list[Route] = [
     ),
     Route(
         "get",
+        "/jobs/{job_id}/executions/{execution_id}",
+        "One run of a job, with its attempts",
+        200,
+        Execution,
+        params=[
+            ID,
+            Param("execution_id", {"type": "string"}, "The run's id.", where="path", required=True),
+        ],
+        problems=(401, 403, 404, 503),
+    ),
+    Route(
+        "get",
         "/jobs/{job_id}/audit",
         "A job's audit records (who changed what, when), newest first",
         200,
@@ -260,16 +274,16 @@ ROUTES: list[Route] = [
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
-"""Every operation of the HTTP API. /ws, /metrics, /openapi.json and /docs are described in
-the README (they are not JSON request/response operations)."""
+"""Every operation of the HTTP API. /ws, /metrics, /openapi.json, /docs and the dashboard's
+/ui are described in the README (they are not JSON request/response operations)."""
 
-UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs"})
+UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs", *dashboard.ROUTE_PATHS})
 
 PROBLEM_TEXT = {
     400: "Malformed JSON.",
     401: "Missing or invalid bearer token.",
     403: "The token does not allow this: read-only, or another user's records without admin.",
-    404: "No such job for this user.",
+    404: "No such job (or run of it) for this user.",
     409: "The job's status does not allow this, or the Idempotency-Key was used for another body.",
     413: "The body is too large.",
     422: "Invalid input; `errors` names each field and the reason.",

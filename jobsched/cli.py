@@ -208,6 +208,7 @@ def _ready_banner(url: str, data: Path, nats_url: str) -> str:
     return f"""
 jobsched dev is ready
   API       {url}
+  Dashboard {url}/ui/  (sign in with the token: `{me} dev-env` prints it as TOKEN)
   NATS      {nats_url}  (authenticated: NATS-API clients connect with the token)
   data dir  {data}
   token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)

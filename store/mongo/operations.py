@@ -66,6 +66,8 @@ def jobs_query(owner: str | None, query: JobQuery, page: Keyset) -> Document:
         where["status"] = query.status.value
     if query.last_run_status is not None:
         where["lastRunStatus"] = query.last_run_status.value
+    if query.task_id is not None:
+        where["taskId"] = query.task_id
     created: Document = {}
     if query.created_from is not None:
         created["$gte"] = query.created_from

@@ -399,6 +399,9 @@ class SqliteStore:
         if query.created_to is not None:
             where.append("created_at < ?")
             params.append(to_epoch_ms(query.created_to))
+        if query.task_id is not None:
+            where.append("json_extract(CAST(spec AS TEXT), '$.taskId') = ?")
+            params.append(query.task_id)
         page = Keyset.of(limit, cursor)
         rows = await self._fetch_page(
             f"SELECT {JOB_COLUMNS} FROM jobs", where, params, page, "created_at"

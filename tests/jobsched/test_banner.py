@@ -54,3 +54,14 @@ def test_the_banner_uses_that_command(tmp_path: Path, monkeypatch: pytest.Monkey
     banner = _ready_banner("http://127.0.0.1:8080", tmp_path / "data", "nats://127.0.0.1:4222")
     assert 'eval "$(venv/bin/jobsched dev-env)"' in banner
     assert "\n  venv/bin/jobsched list" in banner
+
+
+def test_the_banner_names_the_api_and_the_dashboard_but_no_secret() -> None:
+    banner = _ready_banner("http://127.0.0.1:8080", Path("/srv/data"), "nats://127.0.0.1:4333")
+    lines = [line.split() for line in banner.splitlines()]
+    assert ["API", "http://127.0.0.1:8080"] in lines
+    assert next(line[:2] for line in lines if line[:1] == ["Dashboard"]) == [
+        "Dashboard",
+        "http://127.0.0.1:8080/ui/",
+    ]
+    assert "/srv/data/dev.json" in banner  # where the token is, not the token

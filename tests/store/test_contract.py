@@ -60,12 +60,13 @@ def make_job(
     schedule: Schedule = MINUTELY,
     created_at: datetime = T0,
     next_run_at: datetime | None = None,
+    task_id: str = "noop",
     **fields: Any,
 ) -> Job:
     return Job(
         id=job_id,
         owner=owner,
-        task_id="noop",
+        task_id=task_id,
         schedule=schedule,
         created_at=created_at,
         updated_at=created_at,
@@ -260,6 +261,11 @@ FILTERS = [
     pytest.param(
         JobQuery(status=JobStatus.SCHEDULED, last_run_status=FAILED), ["j3"], id="status-and-last"
     ),
+    pytest.param(JobQuery(task_id="cleanup_export"), ["j5", "j2"], id="task"),
+    pytest.param(
+        JobQuery(task_id="cleanup_export", status=JobStatus.RUNNING), ["j2"], id="task-and-status"
+    ),
+    pytest.param(JobQuery(task_id="cleanup"), [], id="task-is-exact"),
     pytest.param(JobQuery(created_from=at(10)), [], id="nothing"),
 ]
 
@@ -269,13 +275,26 @@ async def test_list_jobs_filters(store: JobStore, query: JobQuery, expected: lis
     await create(
         store,
         make_job("j1", created_at=at(0), status=JobStatus.SCHEDULED),
-        make_job("j2", created_at=at(1), status=JobStatus.RUNNING, last_run_status=FAILED),
+        make_job(
+            "j2",
+            created_at=at(1),
+            status=JobStatus.RUNNING,
+            last_run_status=FAILED,
+            task_id="cleanup_export",
+        ),
         make_job("j3", created_at=at(2), status=JobStatus.SCHEDULED, last_run_status=FAILED),
         make_job("j4", created_at=at(3), status=JobStatus.FAILED, last_run_status=FAILED),
-        make_job("j5", created_at=at(4), status=JobStatus.SUCCEEDED, last_run_status=SUCCEEDED),
+        make_job(
+            "j5",
+            created_at=at(4),
+            status=JobStatus.SUCCEEDED,
+            last_run_status=SUCCEEDED,
+            task_id="cleanup_export",
+        ),
         make_job(
             "bob-1",
             owner="bob",
+            task_id="cleanup_export",
             created_at=at(2),
             status=JobStatus.SCHEDULED,
             last_run_status=FAILED,

@@ -1,0 +1,181 @@
+// Presentation: DOM building, times, schedules in words.
+
+/** An element: h("a", {href: "/x", class: "y"}, "text", child, …). Text is never parsed as HTML. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+
+/** "2026-12-02 08:00:00" of an instant in an IANA zone (default UTC). */
+export function inZone(iso, timeZone = "UTC") {
+  if (!iso) return "—";
+  const parts = Object.fromEntries(
+    new Intl.DateTimeFormat("en-GB", {
+      timeZone,
+      year: "numeric",
+      month: "2-digit",
+      day: "2-digit",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+      hourCycle: "h23",
+      timeZoneName: "short",
+    })
+      .formatToParts(new Date(iso))
+      .map((p) => [p.type, p.value]),
+  );
+  return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second} ${parts.timeZoneName}`;
+}
+
+/** "in 3 min", "12 s ago" relative to now. */
+export function relative(iso, now = Date.now()) {
+  if (!iso) return "";
+  const s = Math.round((new Date(iso).getTime() - now) / 1000);
+  const a = Math.abs(s);
+  let text;
+  if (a < 60) text = `${a} s`;
+  else if (a < 3600) text = `${Math.round(a / 60)} min`;
+  else if (a < 86400 * 2) text = `${Math.round(a / 3600)} h`;
+  else text = `${Math.round(a / 86400)} d`;
+  return a < 1 ? "now" : s > 0 ? `in ${text}` : `${text} ago`;
+}
+
+/** A <time> with the absolute UTC instant and its relative distance, refreshed by tick(). */
+export function when(iso, timeZone = "UTC") {
+  if (!iso) return h("span", { class: "muted" }, "—");
+  return h(
+    "time",
+    { datetime: iso, title: iso },
+    inZone(iso, timeZone),
+    " ",
+    h("span", { class: "rel", dataset: { rel: iso } }, `(${relative(iso)})`),
+  );
+}
+
+/** Refresh every relative time on the page (the clock moves; no request is made). */
+export function tick() {
+  for (const el of document.querySelectorAll("[data-rel]")) {
+    el.textContent = `(${relative(el.dataset.rel)})`;
+  }
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 120) return `${+seconds.toFixed(seconds < 10 ? 2 : 1)} s`;
+  if (seconds < 7200) return `${+(seconds / 60).toFixed(1)} min`;
+  if (seconds < 172800) return `${+(seconds / 3600).toFixed(1)} h`;
+  return `${+(seconds / 86400).toFixed(1)} d`;
+}
+
+export function between(fromIso, toIso) {
+  if (!fromIso || !toIso) return null;
+  return (new Date(toIso).getTime() - new Date(fromIso).getTime()) / 1000;
+}
+
+export function badge(status) {
+  if (!status) return h("span", { class: "muted" }, "—");
+  return h("span", { class: `badge s-${status.toLowerCase()}` }, status);
+}
+
+const DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const DAY_NAMES = { SUN: 0, MON: 1, TUE: 2, WED: 3, THU: 4, FRI: 5, SAT: 6 };
+
+function dayOf(token) {
+  const n = DAY_NAMES[token.toUpperCase()] ?? Number(token);
+  return Number.isInteger(n) && n >= 0 && n <= 7 ? DAYS[n] : null;
+}
+
+function daysInWords(field) {
+  if (field === "*" || field === "?") return "every day";
+  const words = [];
+  for (const part of field.split(",")) {
+    const [lo, hi, extra] = part.split("-");
+    if (extra !== undefined) return null;
+    const a = dayOf(lo);
+    const b = hi === undefined ? null : dayOf(hi);
+    if (!a || (hi !== undefined && !b)) return null;
+    words.push(b ? `${a}–${b}` : a);
+  }
+  return words.join(", ");
+}
+
+const isNum = (s) => /^\d+$/.test(s);
+
+/** A cron expression in words where it is a common shape; null otherwise. */
+export function cronWords(expression) {
+  const macros = {
+    "@yearly": "yearly",
+    "@annually": "yearly",
+    "@monthly": "monthly",
+    "@weekly": "weekly",
+    "@daily": "daily at 00:00",
+    "@midnight": "daily at 00:00",
+    "@hourly": "hourly at :00",
+  };
+  if (macros[expression]) return macros[expression];
+  const f = expression.trim().split(/\s+/);
+  if (f.length !== 5) return null;
+  const [min, hour, dom, mon, dow] = f;
+  if (mon !== "*") return null;
+  if (dom === "*" && dow === "*") {
+    if (min === "*" && hour === "*") return "every minute";
+    const step = /^\*\/(\d+)$/.exec(min);
+    if (step && hour === "*") return `every ${step[1]} minutes`;
+    if (isNum(min) && hour === "*") return `hourly at :${pad(min)}`;
+  }
+  if (!isNum(min) || !isNum(hour)) return null;
+  const time = `${pad(hour)}:${pad(min)}`;
+  if (dom === "*") {
+    const days = daysInWords(dow);
+    return days ? `${time} ${days}` : null;
+  }
+  if (isNum(dom) && dow === "*") return `${time} on day ${dom} of each month`;
+  return null;
+}
+
+function seconds(s) {
+  if (s % 86400 === 0) return s === 86400 ? "day" : `${s / 86400} days`;
+  if (s % 3600 === 0) return s === 3600 ? "hour" : `${s / 3600} h`;
+  if (s % 60 === 0) return s === 60 ? "minute" : `${s / 60} min`;
+  return `${s} s`;
+}
+
+/** A job's schedule in words, with its time zone: "08:00 Mon–Fri, Europe/Berlin". */
+export function scheduleWords(schedule) {
+  switch (schedule.type) {
+    case "immediate":
+      return "once, immediately";
+    case "once":
+      return `once at ${inZone(schedule.executeAt)}`;
+    case "interval":
+      return `every ${seconds(schedule.everySeconds)}`;
+    case "cron": {
+      const words = cronWords(schedule.expression) ?? `cron ${schedule.expression}`;
+      return `${words}, ${schedule.timezone ?? "UTC"}`;
+    }
+    default:
+      return schedule.type;
+  }
+}
+
+/** The zone a job's times read best in (cron: its zone; others UTC). */
+export function jobZone(job) {
+  return job.schedule.type === "cron" ? job.schedule.timezone ?? "UTC" : "UTC";
+}
+
+export function shortId(id) {
+  return id.length > 12 ? `${id.slice(0, 12)}…` : id;
+}

@@ -1,0 +1,219 @@
+// Job: its spec, its next fire times, its runs, and the controls, updated live.
+import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
+import { badge, h, inZone, jobZone, scheduleWords, shortId, when } from "./format.js";
+import { confirmAction, liveState, navigate } from "./shell.js";
+
+const ACTIONS = [
+  { name: "pause", label: "Pause", confirm: "No run starts until it is resumed.", allowed: (s) => s === "SCHEDULED" || s === "RUNNING" },
+  { name: "resume", label: "Resume", confirm: "Its schedule continues from now.", allowed: (s) => s === "PAUSED" },
+  { name: "trigger", label: "Trigger now", confirm: "One extra run starts now.", allowed: (s) => s !== "CANCELLED" },
+  { name: "cancel", label: "Cancel", confirm: "No run starts again, ever; a running run is cancelled.", allowed: (s) => !["CANCELLED", "SUCCEEDED", "FAILED"].includes(s) },
+  { name: "delete", label: "Delete", confirm: "The job and its run history are deleted (its audit records stay).", allowed: () => true, danger: true },
+];
+
+function value(v) {
+  if (v === null || v === undefined) return h("span", { class: "muted" }, "—");
+  if (typeof v === "object") return h("pre", { class: "json" }, JSON.stringify(v, null, 2));
+  return String(v);
+}
+
+function spec(job) {
+  const s = job.schedule;
+  const rows = [
+    ["Task", job.taskId],
+    ["Schedule", scheduleWords(s)],
+    ["Schedule (as sent)", s],
+    ["Parameters", job.parameters],
+    ["Queue", job.queue],
+    ["Max attempts", job.maxAttempts],
+    ["Timeout", `${job.timeoutSeconds} s`],
+    ["Misfire policy", `${job.misfirePolicy} (grace ${job.misfireGraceSeconds} s, catch-up at most ${job.maxCatchUp})`],
+    ["Overlap policy", job.overlapPolicy],
+    ["Start / end", s.startAt || s.endAt ? `${inZone(s.startAt)} → ${inZone(s.endAt)}` : null],
+    ["Jitter", s.jitterSeconds ? `${s.jitterSeconds} s` : null],
+    ["History kept", `${job.historyLimit ?? "the deployment's default number of"} finished runs, for ${job.historyMaxAgeSeconds === null ? "the deployment's default age" : `${job.historyMaxAgeSeconds} s`}`],
+    ["Created", when(job.createdAt)],
+    ["Owner", job.owner],
+    ["Idempotency key", job.idempotencyKey],
+  ];
+  return h("dl", { class: "spec" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : value(v))]));
+}
+
+function summary(job) {
+  const zone = jobZone(job);
+  return h(
+    "dl",
+    { class: "summary", id: "job-summary" },
+    h("dt", {}, "Status"),
+    h("dd", { id: "job-status" }, badge(job.status)),
+    h("dt", {}, "Next run"),
+    h("dd", {}, when(job.nextRunAt, zone)),
+    h("dt", {}, "Last run"),
+    h("dd", {}, job.lastRunStatus ? [badge(job.lastRunStatus), " "] : null, job.lastRunAt ? ["started ", when(job.lastRunAt, zone)] : h("span", { class: "muted" }, "—")),
+    h("dt", {}, "Runs"),
+    h("dd", { id: "job-run-count" }, String(job.runCount)),
+    job.lastError ? [h("dt", {}, "Last error"), h("dd", { class: "error" }, job.lastError)] : null,
+  );
+}
+
+function upcomingTable(times, zone) {
+  if (!times.length) return h("p", { class: "muted" }, "No run is scheduled.");
+  const zones = zone === "UTC" ? ["UTC"] : ["UTC", zone];
+  return h(
+    "table",
+    { class: "grid", id: "upcoming" },
+    h("thead", {}, h("tr", {}, zones.map((z) => h("th", { scope: "col" }, z)))),
+    h("tbody", {}, times.map((t) => h("tr", {}, zones.map((z) => h("td", { class: "t" }, inZone(t, z)))))),
+  );
+}
+
+function reason(run) {
+  if (run.status !== "SKIPPED") return run.error ?? "";
+  const missed = run.missed ? ` — ${run.missed.count} missed (${inZone(run.missed.first)} … ${inZone(run.missed.last)}), policy ${run.missed.policy}` : "";
+  return `${run.skipReason ?? "skipped"}${missed}`;
+}
+
+function runsTable(job, runs) {
+  if (!runs.length) return h("p", { class: "muted", id: "runs" }, "No runs yet.");
+  const zone = jobZone(job);
+  return h(
+    "table",
+    { class: "grid", id: "runs" },
+    h("thead", {}, h("tr", {}, ["Scheduled for", "Trigger", "Status", "Attempt", "Started", "Finished", "Worker", "Error or reason"].map((t) => h("th", { scope: "col" }, t)))),
+    h(
+      "tbody",
+      {},
+      runs.map((r) =>
+        h(
+          "tr",
+          { id: `run-${r.id}`, dataset: { status: r.status } },
+          h("td", {}, h("a", { href: `/ui/jobs/${encodeURIComponent(job.id)}/runs/${encodeURIComponent(r.id)}`, class: "t" }, inZone(r.scheduledFor, zone))),
+          h("td", {}, r.trigger),
+          h("td", { class: "status" }, badge(r.status)),
+          h("td", { class: "num" }, `${r.attempt}/${r.maxAttempts}`),
+          h("td", { class: "t" }, r.startedAt ? inZone(r.startedAt, zone) : "—"),
+          h("td", { class: "t" }, r.finishedAt ? inZone(r.finishedAt, zone) : "—"),
+          h("td", { class: "mono" }, r.workerId ?? "—"),
+          h("td", { class: r.status === "SKIPPED" ? "muted" : "error" }, reason(r)),
+        ),
+      ),
+    ),
+  );
+}
+
+export function renderJob(main, jobId) {
+  const base = `/jobs/${encodeURIComponent(jobId)}`;
+  const title = h("h1", {}, "Job");
+  const head = h("div", { id: "job-head" });
+  const controls = h("div", { class: "controls", role: "group", "aria-label": "Job controls" });
+  const message = h("p", { role: "status", "aria-live": "polite", id: "job-message", class: "message" });
+  const upcoming = h("section", { "aria-labelledby": "upcoming-title" }, h("h2", { id: "upcoming-title" }, "Next 10 fire times"), h("div", { id: "upcoming-body" }));
+  const history = h("section", { "aria-labelledby": "runs-title" }, h("h2", { id: "runs-title" }, "Runs"), h("div", { id: "runs-body" }), h("nav", { class: "pager", id: "runs-pager" }));
+  const specBox = h("section", { "aria-labelledby": "spec-title" }, h("h2", { id: "spec-title" }, "Spec"), h("div", { id: "spec-body" }));
+  main.append(h("p", {}, h("a", { href: "/ui/" }, "« Jobs")), title, head, controls, message, h("div", { class: "columns" }, specBox, upcoming), history);
+
+  let stopped = false;
+  let job = null;
+  let runsCursor = null;
+
+  function showControls() {
+    controls.replaceChildren(
+      ...ACTIONS.map((a) =>
+        h("button", {
+          type: "button",
+          id: `action-${a.name}`,
+          class: a.danger ? "danger" : null,
+          disabled: !a.allowed(job.status),
+          onclick: () => act(a),
+        }, a.label),
+      ),
+    );
+  }
+
+  async function act(a) {
+    const ok = await confirmAction(`${a.label}: ${job.taskId}`, a.confirm, a.label);
+    if (!ok) return;
+    try {
+      if (a.name === "delete") {
+        await api(base, { method: "DELETE" });
+        navigate("/ui/");
+        return;
+      }
+      await api(`${base}/${a.name}`, { method: "POST" });
+      message.textContent = `${a.label}: done.`;
+      message.classList.remove("error");
+      await refresh();
+    } catch (e) {
+      message.textContent = `${a.label}: ${e.message}`;
+      message.classList.add("error");
+    }
+  }
+
+  async function loadJob() {
+    job = await api(base);
+    if (stopped) return;
+    title.textContent = `${job.taskId}`;
+    title.append(" ", h("span", { class: "muted mono" }, shortId(job.id)));
+    head.replaceChildren(summary(job));
+    document.getElementById("spec-body").replaceChildren(spec(job));
+    showControls();
+    const times = job.nextRunAt ? (await api(`${base}/upcoming?count=10`)).fireTimes : [];
+    if (!stopped) document.getElementById("upcoming-body").replaceChildren(upcomingTable(times, jobZone(job)));
+  }
+
+  async function loadRuns() {
+    const q = new URLSearchParams({ limit: "20" });
+    if (runsCursor) q.set("cursor", runsCursor);
+    const page = await api(`${base}/executions?${q}`);
+    if (stopped) return page;
+    document.getElementById("runs-body").replaceChildren(runsTable(job, page.items));
+    const pager = document.getElementById("runs-pager");
+    const links = [];
+    if (runsCursor) links.push(h("button", { type: "button", onclick: () => { runsCursor = null; loadRuns(); } }, "« Newest runs"));
+    if (page.nextCursor) links.push(h("button", { type: "button", onclick: () => { runsCursor = page.nextCursor; loadRuns(); } }, "Older runs »"));
+    pager.replaceChildren(...links);
+    return page;
+  }
+
+  async function load() {
+    await loadJob();
+    await loadRuns();
+  }
+
+  const latest = new Map(); // execution id → the latest run status an event told
+  const refresh = serialized(async () => {
+    await loadJob();
+    if (runsCursor || stopped) return;
+    await loadFresh(loadRuns, (page) =>
+      [...latest].every(([id, status]) => {
+        const run = page.items.find((r) => r.id === id);
+        return !run || run.status === status || TERMINAL.has(run.status);
+      }),
+    );
+    await loadJob(); // the job's status and last run, as the recorder wrote them with the run
+  });
+  function onEvent(event) {
+    if (event.kind === "job" && event.event === "deleted") {
+      message.textContent = "This job was deleted.";
+      controls.replaceChildren();
+      return;
+    }
+    if (event.kind === "run") latest.set(event.executionId, event.status);
+    refresh();
+  }
+
+  function show() {
+    load().catch((e) => {
+      if (e.status === 404) feed.stop(); // nothing of it will come
+      title.textContent = e.status === 404 ? "Job not found" : "Cannot load the job";
+      message.textContent = e.message;
+      message.classList.add("error");
+    });
+  }
+  const feed = new LiveFeed({ jobIds: [jobId], onEvent, onState: liveState, onResync: show }).start();
+  show();
+  return () => {
+    stopped = true;
+    feed.stop();
+  };
+}

@@ -1,0 +1,201 @@
+// Jobs: the user's jobs, filtered by the URL's query, a page at a time, updated live.
+import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
+import { badge, h, jobZone, scheduleWords, shortId, when } from "./format.js";
+import { liveState, navigate } from "./shell.js";
+
+const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"];
+const RUN_STATUSES = ["QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"];
+const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId" };
+// URL query name → API query name. The URL keeps the dashboard's names so a link reads well.
+
+function apiQuery(params) {
+  const q = new URLSearchParams();
+  for (const [name, apiName] of Object.entries(FILTERS)) {
+    const v = params.get(name);
+    if (v) q.set(apiName, v);
+  }
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  q.set("limit", params.get("limit") || "50");
+  return q;
+}
+
+function select(name, label, values, current) {
+  return h(
+    "label",
+    {},
+    `${label} `,
+    h(
+      "select",
+      { name, id: `filter-${name}` },
+      h("option", { value: "" }, "any"),
+      values.map((v) => h("option", { value: v, selected: v === current }, v)),
+    ),
+  );
+}
+
+function row(job) {
+  const zone = jobZone(job);
+  const href = `/ui/jobs/${encodeURIComponent(job.id)}`;
+  return h(
+    "tr",
+    { id: `job-${job.id}`, dataset: { jobId: job.id } },
+    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id))),
+    h("td", { class: "schedule" }, scheduleWords(job.schedule)),
+    h("td", { class: "status" }, badge(job.status)),
+    h("td", { class: "next" }, when(job.nextRunAt, zone)),
+    h(
+      "td",
+      { class: "last" },
+      job.lastRunStatus ? badge(job.lastRunStatus) : null,
+      job.lastRunAt ? h("div", {}, when(job.lastRunAt, zone)) : job.lastRunStatus ? null : h("span", { class: "muted" }, "—"),
+    ),
+    h("td", { class: "count num" }, String(job.runCount)),
+  );
+}
+
+/** Whether a job belongs in the table under the URL's filters (for live insertion only). */
+function matches(job, params) {
+  return (
+    (!params.get("status") || job.status === params.get("status")) &&
+    (!params.get("lastRunStatus") || job.lastRunStatus === params.get("lastRunStatus")) &&
+    (!params.get("task") || job.taskId === params.get("task"))
+  );
+}
+
+/** Whether the stored job already shows a run event (the recorder writes it a moment later). */
+function reflects(job, event) {
+  if (!job || event.kind !== "run") return true;
+  if (job.lastExecutionId !== event.executionId) return false;
+  return TERMINAL.has(event.status) ? job.lastRunStatus === event.status : job.lastRunAt !== null;
+}
+
+export function renderJobs(main, params) {
+  const tbody = h("tbody", { id: "jobs-body" });
+  const status = h("p", { class: "muted", role: "status", id: "jobs-status" }, "Loading…");
+  const more = h("nav", { class: "pager", "aria-label": "Pages of jobs" });
+  const form = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Filter jobs" },
+    select("status", "Status", JOB_STATUSES, params.get("status")),
+    select("lastRunStatus", "Last run", RUN_STATUSES, params.get("lastRunStatus")),
+    h(
+      "label",
+      {},
+      "Task ",
+      h("select", { name: "task", id: "filter-task" }, h("option", { value: "" }, "any"),
+        params.get("task") ? h("option", { value: params.get("task"), selected: true }, params.get("task")) : null),
+    ),
+    h("button", { type: "submit" }, "Apply"),
+    h("a", { href: "/ui/", class: "button-link" }, "Clear"),
+  );
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const name of Object.keys(FILTERS)) {
+      const v = form.elements[name].value;
+      if (v) q.set(name, v);
+    }
+    navigate(`/ui/${q.toString() ? `?${q}` : ""}`);
+  });
+  form.addEventListener("change", () => form.requestSubmit());
+  main.append(
+    h("h1", {}, "Jobs"),
+    form,
+    h(
+      "table",
+      { class: "grid", id: "jobs" },
+      h("caption", { class: "visually-hidden" }, "Your jobs, newest first"),
+      h(
+        "thead",
+        {},
+        h("tr", {}, ["Task", "Schedule", "Status", "Next run", "Last run", "Runs"].map((t) => h("th", { scope: "col" }, t))),
+      ),
+      tbody,
+    ),
+    status,
+    more,
+  );
+
+  api("/tasks").then((catalog) => {
+    const sel = form.elements.task;
+    for (const t of catalog.items) {
+      if (t.taskId !== params.get("task")) sel.append(h("option", { value: t.taskId }, t.taskId));
+    }
+  }).catch(() => {});
+
+  function count() {
+    const n = tbody.children.length;
+    status.textContent = n ? `${n} job${n === 1 ? "" : "s"} on this page` : "No jobs match.";
+  }
+
+  let stopped = false;
+  const firstPage = !params.get("cursor");
+
+  async function load() {
+    const page = await api(`/jobs?${apiQuery(params)}`);
+    if (stopped) return;
+    tbody.replaceChildren(...page.items.map(row));
+    count();
+    const links = [];
+    if (!firstPage) {
+      const q = new URLSearchParams(params);
+      q.delete("cursor");
+      links.push(h("a", { href: `/ui/${q.toString() ? `?${q}` : ""}` }, "« First page"));
+    }
+    if (page.nextCursor) {
+      const q = new URLSearchParams(params);
+      q.set("cursor", page.nextCursor);
+      links.push(h("a", { href: `/ui/?${q}`, id: "next-page" }, "Next page »"));
+    }
+    more.replaceChildren(...links);
+  }
+
+  const latest = new Map(); // job id → its latest event
+  const refreshers = new Map(); // job id → its refresh, one at a time
+
+  async function refresh(jobId) {
+    const event = latest.get(jobId);
+    const job = await loadFresh(
+      () => api(`/jobs/${encodeURIComponent(jobId)}`).catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+      (j) => reflects(j, event),
+    );
+    if (stopped) return;
+    const existing = document.getElementById(`job-${jobId}`);
+    if (!job) {
+      existing?.remove();
+      count();
+    } else if (existing) {
+      existing.replaceWith(row(job));
+    } else if (firstPage && matches(job, params)) {
+      tbody.prepend(row(job));
+      count();
+    }
+  }
+
+  const feed = new LiveFeed({
+    onEvent: (event) => {
+      if (event.kind === "job" && event.event === "deleted") {
+        document.getElementById(`job-${event.jobId}`)?.remove();
+        count();
+        return;
+      }
+      latest.set(event.jobId, event);
+      if (!refreshers.has(event.jobId)) refreshers.set(event.jobId, serialized(() => refresh(event.jobId)));
+      refreshers.get(event.jobId)();
+    },
+    onState: liveState,
+    onResync: () => show(),
+  }).start();
+
+  function show() {
+    load().catch((e) => {
+      status.textContent = `Cannot load the jobs: ${e.message}`;
+      status.classList.add("error");
+    });
+  }
+  show();
+  return () => {
+    stopped = true;
+    feed.stop();
+  };
+}
