@@ -102,18 +102,28 @@ class Cluster:
         wanted = set(members)
         n = self.settings.scheduler.partitions
         share = -(-n // len(wanted))
-        async with asyncio.timeout(timeout_s):
-            while True:
-                try:
-                    owners = await self.lease_owners()
-                except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
-                    owners = {}  # a NATS cluster still electing its leaders
-                by: dict[str, set[int]] = {m: set() for m in wanted}
-                for p, o in owners.items():
-                    by.setdefault(o, set()).add(p)
-                if len(owners) == n and set(by) == wanted and all(share - 1 <= len(v) <= share for v in by.values()):  # fmt: skip
-                    return by
-                await asyncio.sleep(0.1)
+        by: dict[str, set[int]] = {}
+        failed_listings = 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    try:
+                        owners = await self.lease_owners()
+                    except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                        owners = {}  # a NATS cluster still electing its leaders
+                        failed_listings += 1
+                    by = {m: set() for m in wanted}
+                    for p, o in owners.items():
+                        by.setdefault(o, set()).add(p)
+                    if len(owners) == n and set(by) == wanted and all(share - 1 <= len(v) <= share for v in by.values()):  # fmt: skip
+                        return by
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            held = {m: len(v) for m, v in by.items()}
+            raise TimeoutError(
+                f"leases not balanced among {sorted(wanted)} within {timeout_s:g} s: last seen "
+                f"{held} of {n} partitions; {failed_listings} listings failed"
+            ) from None
 
     def runs(self) -> list[Run]:
         """Every execution in the store (read-only connection to the SQLite file)."""
