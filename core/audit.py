@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from core.access import Principal, Role
-from core.model import SPEC_FIELDS, Job, Model
+from core.model import SPEC_FIELDS, Instant, Job, Model
 
 RECORDED_FIELDS = (*(f for f in SPEC_FIELDS if f != "parameters"), "status", "next_run_at")
 """The job fields whose old and new values a record keeps: its options but ``parameters``
@@ -76,7 +76,7 @@ class AuditRecord(Model, kw_only=True, omit_defaults=False, frozen=True):
     actor: str
     actor_role: Role = Role.USER
     action: AuditAction
-    at: datetime
+    at: Instant
     changes: list[AuditChange] = msgspec.field(default_factory=list)
     execution_id: str | None = None
 

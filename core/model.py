@@ -22,6 +22,11 @@ from core.ids import run_msg_id
 T = TypeVar("T")
 
 
+Instant = Annotated[datetime, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+"""An instant: aware UTC, RFC 3339 on the wire (``"2026-12-02T08:00:00Z"``); JSON Schema
+``{"type": "string", "format": "date-time"}``, so generated clients get a datetime type."""
+
+
 class Model(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, rename="camel"):
     """Base of every schema type.
 
@@ -143,7 +148,7 @@ class OnceSchedule(
 ):
     """Run once at ``execute_at`` (RFC 3339 with an offset; stored in UTC)."""
 
-    execute_at: datetime
+    execute_at: Instant
 
 
 JitterSeconds = Annotated[float, msgspec.Meta(ge=0, le=3600, description="seconds")]
@@ -164,8 +169,8 @@ class CronSchedule(
     timezone: str = "UTC"
     gap: Literal["shift", "skip"] = "shift"
     fold: Literal["once", "both"] = "once"
-    start_at: datetime | None = None
-    end_at: datetime | None = None
+    start_at: Instant | None = None
+    end_at: Instant | None = None
     jitter_seconds: JitterSeconds = 0.0
 
 
@@ -177,8 +182,8 @@ class IntervalSchedule(
     a random ``0..jitter_seconds``."""
 
     every_seconds: EverySeconds
-    start_at: datetime | None = None
-    end_at: datetime | None = None
+    start_at: Instant | None = None
+    end_at: Instant | None = None
     jitter_seconds: JitterSeconds = 0.0
 
 
@@ -316,15 +321,15 @@ class Job(JobSpec, kw_only=True, omit_defaults=False, frozen=True):
     owner: str
     status: JobStatus = JobStatus.SCHEDULED
     partition: int = 0
-    created_at: datetime
-    updated_at: datetime
-    next_run_at: datetime | None = None
-    last_run_at: datetime | None = None
+    created_at: Instant
+    updated_at: Instant
+    next_run_at: Instant | None = None
+    last_run_at: Instant | None = None
     last_run_status: ExecutionStatus | None = None
     last_error: str | None = None
     last_execution_id: str | None = None
-    last_scheduled_for: datetime | None = None
-    last_dispatched_for: datetime | None = None
+    last_scheduled_for: Instant | None = None
+    last_dispatched_for: Instant | None = None
     run_count: int = 0
     idempotency_key: str | None = None
 
@@ -374,8 +379,8 @@ class Missed(Model, kw_only=True, omit_defaults=False, frozen=True):
     """
 
     count: int
-    first: datetime | None = None
-    last: datetime | None = None
+    first: Instant | None = None
+    last: Instant | None = None
     policy: str
 
 
@@ -401,9 +406,9 @@ class Attempt(Model, kw_only=True, omit_defaults=False, frozen=True):
     """
 
     attempt: int
-    started_at: datetime | None = None
+    started_at: Instant | None = None
     worker_id: str | None = None
-    finished_at: datetime | None = None
+    finished_at: Instant | None = None
     outcome: ExecutionStatus | None = None
     error: str | None = None
     redelivered: bool = False
@@ -432,13 +437,13 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     state_rank: int = 0
     attempt: int = 0
     max_attempts: int = 3
-    scheduled_for: datetime
-    created_at: datetime
-    updated_at: datetime
-    published_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    next_attempt_at: datetime | None = None
+    scheduled_for: Instant
+    created_at: Instant
+    updated_at: Instant
+    published_at: Instant | None = None
+    started_at: Instant | None = None
+    finished_at: Instant | None = None
+    next_attempt_at: Instant | None = None
     worker_id: str | None = None
     error: str | None = None
     result: Any = None
@@ -482,7 +487,7 @@ class DeadLetter(Model, kw_only=True, omit_defaults=False, frozen=True):
     subject: str = ""
     data: bytes = b""
     size: int = 0
-    at: datetime
+    at: Instant
     execution_id: str | None = None
     job_id: str | None = None
     owner: str | None = None
@@ -512,8 +517,8 @@ class RunMessage(Model, kw_only=True, frozen=True):
     task_id: str
     queue: str
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
-    scheduled_for: datetime
-    published_at: datetime
+    scheduled_for: Instant
+    published_at: Instant
     max_attempts: int = 3
     timeout_seconds: float = 300.0
     attempt_offset: int = 0
@@ -540,14 +545,14 @@ class StatusEvent(Model, kw_only=True, frozen=True, tag="run", tag_field="kind")
     task_id: str
     status: ExecutionStatus
     attempt: int = 0
-    at: datetime
-    scheduled_for: datetime
+    at: Instant
+    scheduled_for: Instant
     queue: str = "default"
     max_attempts: int = 3
-    published_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    next_attempt_at: datetime | None = None
+    published_at: Instant | None = None
+    started_at: Instant | None = None
+    finished_at: Instant | None = None
+    next_attempt_at: Instant | None = None
     worker_id: str | None = None
     error: str | None = None
     result: Any = None
@@ -571,8 +576,8 @@ class JobEvent(Model, kw_only=True, frozen=True, tag="job", tag_field="kind"):
     partition: int
     event: JobEventType
     status: JobStatus
-    at: datetime
-    next_run_at: datetime | None = None
+    at: Instant
+    next_run_at: Instant | None = None
     actor: str | None = None
 
 
@@ -591,7 +596,7 @@ class JobNotice(Model, kw_only=True, frozen=True):
 
     job_id: str
     partition: int
-    next_run_at: datetime | None = None
+    next_run_at: Instant | None = None
 
 
 # --- errors on the wire ------------------------------------------------------------------------

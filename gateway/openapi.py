@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -21,6 +20,7 @@ from core.model import (
     Execution,
     ExecutionStatus,
     Health,
+    Instant,
     Job,
     JobCreate,
     JobPatch,
@@ -36,7 +36,7 @@ REF = "#/components/schemas/{name}"
 class FireTimes(msgspec.Struct, rename="camel"):
     """Fire times, aware UTC."""
 
-    fire_times: list[datetime]
+    fire_times: list[Instant]
 
 
 class TaskInfo(msgspec.Struct, rename="camel"):
@@ -73,6 +73,52 @@ class Route:
     problems: tuple[int, ...] = (401,)
     public: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def operation_id(self) -> str:
+        """A readable operation id (``createJob``, ``listExecutions``): generated clients name
+        their methods after it."""
+        return OPERATION_IDS[(self.method, self.path)]
+
+    @property
+    def tag(self) -> str:
+        return next(tag for prefix, tag in TAGS if self.path.startswith(prefix))
+
+
+OPERATION_IDS = {
+    ("post", "/jobs"): "createJob",
+    ("get", "/jobs"): "listJobs",
+    ("get", "/jobs/{job_id}"): "getJob",
+    ("patch", "/jobs/{job_id}"): "patchJob",
+    ("delete", "/jobs/{job_id}"): "deleteJob",
+    ("post", "/jobs/{job_id}/pause"): "pauseJob",
+    ("post", "/jobs/{job_id}/resume"): "resumeJob",
+    ("post", "/jobs/{job_id}/cancel"): "cancelJob",
+    ("post", "/jobs/{job_id}/trigger"): "triggerJob",
+    ("get", "/jobs/{job_id}/executions"): "listExecutions",
+    ("get", "/jobs/{job_id}/executions/{execution_id}"): "getExecution",
+    ("get", "/jobs/{job_id}/audit"): "listJobAudit",
+    ("get", "/audit"): "listAudit",
+    ("get", "/jobs/{job_id}/upcoming"): "listUpcoming",
+    ("get", "/schedules/preview"): "previewSchedule",
+    ("get", "/tasks"): "listTasks",
+    ("get", "/healthz"): "getHealth",
+    ("get", "/readyz"): "getReadiness",
+}
+"""Every operation's id: ``verbNoun``, as generators turn them into method names."""
+
+TAGS = (
+    ("/jobs/{job_id}/executions", "runs"),
+    ("/jobs/{job_id}/audit", "audit"),
+    ("/jobs/{job_id}/upcoming", "schedules"),
+    ("/jobs", "jobs"),
+    ("/audit", "audit"),
+    ("/schedules", "schedules"),
+    ("/tasks", "tasks"),
+    ("/", "health"),
+)
+"""Each operation's tag (the first path prefix that matches), grouping them in docs and
+generated clients."""
 
 
 ID = Param("job_id", {"type": "string"}, "The job's id.", where="path", required=True)
@@ -302,10 +348,10 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}
     for r in ROUTES:
-        slug = r.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
         op: dict[str, Any] = {
             "summary": r.summary,
-            "operationId": f"{r.method}_{slug}",
+            "operationId": r.operation_id,
+            "tags": [r.tag],
             "responses": {},
         }
         params = [
@@ -354,6 +400,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
         components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
     return {
         "openapi": "3.1.0",
+        "tags": [{"name": tag} for tag in dict.fromkeys(t for _, t in TAGS)],
         "info": {
             "title": "jobsched",
             "version": "1.0.0",
@@ -374,10 +421,9 @@ def _job_links() -> dict[str, Any]:
     """OpenAPI links from a created job to every operation on it (clients and fuzzers follow)."""
     links = {}
     for r in ROUTES:
-        if "{job_id}" in r.path:
-            slug = r.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
-            links[f"{r.method}_{slug}"] = {
-                "operationId": f"{r.method}_{slug}",
+        if "{job_id}" in r.path and "{execution_id}" not in r.path:
+            links[r.operation_id] = {
+                "operationId": r.operation_id,
                 "parameters": {"job_id": "$response.body#/id"},
             }
     return links

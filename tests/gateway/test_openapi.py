@@ -3,6 +3,7 @@ and is served with an HTML page."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from openapi_spec_validator import validate
@@ -52,3 +53,32 @@ async def test_served_as_json_and_html(api: Api) -> None:
         page = await resp.text()
     for path in doc["paths"]:
         assert path in page
+
+
+def test_operations_have_readable_ids_and_tags() -> None:
+    doc = openapi_document()
+    ops = [op for ops in doc["paths"].values() for op in ops.values()]
+    ids = [op["operationId"] for op in ops]
+    assert len(ids) == len(set(ids)) == len(ROUTES)
+    assert all(re.fullmatch(r"[a-z]+[A-Z][A-Za-z]*", i) for i in ids), ids
+    assert {"createJob", "listJobs", "listExecutions", "previewSchedule"} <= set(ids)
+    tags = {t["name"] for t in doc["tags"]}
+    assert all(len(op["tags"]) == 1 and op["tags"][0] in tags for op in ops)
+
+
+def test_every_instant_is_a_date_time() -> None:
+    """Generated clients type a field by its format: an instant without it becomes a str."""
+    schemas = openapi_document()["components"]["schemas"]
+    instants = {
+        ("Job", "createdAt"),
+        ("Job", "nextRunAt"),
+        ("Execution", "scheduledFor"),
+        ("Execution", "startedAt"),
+        ("AuditRecord", "at"),
+    }
+    for schema, field in instants:
+        prop = schemas[schema]["properties"][field]
+        variants = prop.get("anyOf", [prop])
+        assert {"type": "string", "format": "date-time"} in variants, (schema, field, prop)
+    times = schemas["FireTimes"]["properties"]["fireTimes"]["items"]
+    assert times == {"type": "string", "format": "date-time"}
