@@ -397,6 +397,11 @@ class GatewayConfig(Section, frozen=True, kw_only=True):
             ``_RUNS_PER_MINUTE`` (runs started per user and minute, scheduled, catch-up and
             manual; a run over it is held back, not dropped). 0 = no limit. README "Security
             model".
+        cors_allowed_origins: ``JOBSCHED_CORS_ALLOWED_ORIGINS``; comma-separated origins
+            (``https://app.example.com``; ``*`` for any) whose pages may call the API from a
+            browser (CORS, :mod:`gateway.cors`). Empty (the default): none.
+        cors_allowed_methods / cors_allowed_headers: ``JOBSCHED_CORS_ALLOWED_METHODS`` /
+            ``_HEADERS``; what their requests may use (comma-separated).
     """
 
     auth_secret: str = ""
@@ -408,6 +413,9 @@ class GatewayConfig(Section, frozen=True, kw_only=True):
     ws_replay_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
     ws_replay_events_per_second: Annotated[float, msgspec.Meta(ge=0)] = 5000.0
     quotas: Quotas = msgspec.field(default_factory=Quotas)
+    cors_allowed_origins: str = ""
+    cors_allowed_methods: str = "GET,POST,PATCH,DELETE"
+    cors_allowed_headers: str = "Authorization,Content-Type,Idempotency-Key"
 
 
 ENV: dict[str, tuple[str, ...]] = {
@@ -465,6 +473,9 @@ ENV: dict[str, tuple[str, ...]] = {
     "WS_STALL_SECONDS": ("gateway.ws_stall_seconds",),
     "WS_REPLAY_CONCURRENCY": ("gateway.ws_replay_concurrency",),
     "WS_REPLAY_EVENTS_PER_SECOND": ("gateway.ws_replay_events_per_second",),
+    "CORS_ALLOWED_ORIGINS": ("gateway.cors_allowed_origins",),
+    "CORS_ALLOWED_METHODS": ("gateway.cors_allowed_methods",),
+    "CORS_ALLOWED_HEADERS": ("gateway.cors_allowed_headers",),
     "QUOTA_ACTIVE_JOBS": ("gateway.quotas.active_jobs", "scheduler.quotas.active_jobs"),
     "QUOTA_MIN_INTERVAL_SECONDS": (
         "gateway.quotas.min_interval_seconds",

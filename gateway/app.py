@@ -47,6 +47,7 @@ from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from gateway import dashboard
 from gateway.auth import principal_from_authorization
+from gateway.cors import enable_cors, is_preflight
 from gateway.http_metrics import http_metrics_middleware
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
@@ -148,6 +149,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     dashboard.add_routes(app)
+    enable_cors(app, deps.config)
     return app
 
 
@@ -265,7 +267,8 @@ def _client_gone(request: web.Request) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path not in PUBLIC_PATHS and not dashboard.is_public(request):
+    public = request.path in PUBLIC_PATHS or dashboard.is_public(request) or is_preflight(request)
+    if not public:
         secret = request.app[DEPS].config.auth_secret
         header = request.headers.get("Authorization")
         request[PRINCIPAL] = principal_from_authorization(header, secret)

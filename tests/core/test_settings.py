@@ -180,6 +180,13 @@ ENV_FIELDS: dict[str, tuple[str, tuple[str, ...], Any]] = {
     "JOBSCHED_DRAIN_TIMEOUT_SECONDS": ("4", ("worker.drain_timeout_seconds",), 4.0),
     "JOBSCHED_TASKS": ("mod:fn", ("tasks",), "mod:fn"),
     "JOBSCHED_WORKER_ID": ("w-1", ("worker.worker_id",), "w-1"),
+    "JOBSCHED_CORS_ALLOWED_ORIGINS": (
+        "https://a.example",
+        ("gateway.cors_allowed_origins",),
+        "https://a.example",
+    ),
+    "JOBSCHED_CORS_ALLOWED_METHODS": ("GET", ("gateway.cors_allowed_methods",), "GET"),
+    "JOBSCHED_CORS_ALLOWED_HEADERS": ("X-A", ("gateway.cors_allowed_headers",), "X-A"),
     "JOBSCHED_SECRETS_DIR": ("/run/secrets", ("worker.secrets_dir",), "/run/secrets"),
     "JOBSCHED_HTTP_ALLOWED_NETWORKS": (
         "10.0.0.0/8",
