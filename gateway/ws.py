@@ -4,7 +4,8 @@ Protocol (JSON text frames):
 
 - authenticate with the upgrade request's ``Authorization: Bearer <token>`` header, or — for
   browsers, which cannot set it — with a first message ``{"type": "auth", "token": "<token>"}``
-  within 5 seconds;
+  within 5 seconds, which the server acknowledges with ``{"type": "authenticated", "user": …}``;
+  no auth message in time closes with 4000, a bad token with 4001;
 - subscribe: ``{"type": "subscribe", "jobIds": ["…"], "lastEventId": 123}`` — ``jobIds`` omitted
   for all of the user's jobs; ``lastEventId`` omitted for "from now", or the id of the last event
   received, to resume without a gap (events are kept ``JOBSCHED_STATUS_RETENTION_SECONDS``);
@@ -81,7 +82,8 @@ _encoder = msgspec.json.Encoder()
 
 
 class Outbound(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
-    type: Literal["event", "subscribed", "error"]
+    type: Literal["event", "subscribed", "error", "authenticated"]
+    user: str | None = None
     id: int | None = None
     event: Any = None
     job_ids: list[str] | None = None
@@ -331,7 +333,11 @@ async def websocket(
     except Unauthorized as e:
         await ws.close(code=CLOSE_AUTH, message=e.message.encode()[:120])
         return ws
-    except (ValueError, msgspec.DecodeError, RecursionError, TimeoutError) as e:
+    except TimeoutError:
+        message = b'no {"type": "auth", "token": ...} within 5 s'
+        await ws.close(code=CLOSE_BAD_REQUEST, message=message)
+        return ws
+    except (ValueError, msgspec.DecodeError, RecursionError) as e:
         await ws.close(code=CLOSE_BAD_REQUEST, message=str(e).encode()[:120])
         return ws
     connection = _Connection(ws, live, user, max_buffer, stall_seconds, request.transport)
@@ -357,7 +363,9 @@ async def _authenticate(
     first = _client_decoder.decode(msg.data)
     if not isinstance(first, AuthMessage):
         raise Unauthorized('send {"type": "auth", "token": …} first')
-    return user_from_token(first.token, secret), None
+    user = user_from_token(first.token, secret)
+    await ws.send_str(_encoder.encode(Outbound(type="authenticated", user=user)).decode())
+    return user, None
 
 
 class _SlowConsumer(Exception):

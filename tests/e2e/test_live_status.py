@@ -122,6 +122,11 @@ async def test_browsers_authenticate_with_a_first_message(stack: Stack) -> None:
         session.ws_connect(stack.url.replace("http", "ws") + "/ws") as ws,
     ):
         await ws.send_str(json.dumps({"type": "auth", "token": stack.token("alice")}))
+        async with asyncio.timeout(10):
+            assert json.loads((await ws.receive()).data) == {
+                "type": "authenticated",
+                "user": "alice",
+            }
         await ws.send_str(json.dumps({"type": "subscribe"}))
         async with asyncio.timeout(10):
             subscribed = json.loads((await ws.receive()).data)
@@ -129,6 +134,19 @@ async def test_browsers_authenticate_with_a_first_message(stack: Stack) -> None:
             job = await client.create_job({"taskId": "noop"})
             frame = json.loads((await ws.receive()).data)
     assert frame["type"] == "event" and frame["event"]["jobId"] == job.id
+
+
+async def test_a_connection_that_does_not_authenticate_in_time_is_closed_with_4000(
+    stack: Stack,
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(stack.url.replace("http", "ws") + "/ws") as ws,
+    ):
+        async with asyncio.timeout(15):
+            msg = await ws.receive()
+    assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 4000
+    assert "within 5 s" in str(msg.extra)
 
 
 def raw_ws(url: str, token: str) -> socket.socket:
