@@ -203,6 +203,19 @@ def _show_runs(page: Page[Execution], output: str) -> None:
     _more(page)
 
 
+def _instant(text: str | None, option: str) -> datetime | None:
+    """An RFC 3339 instant with an offset, or a usage error naming ``option``."""
+    if text is None:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an RFC 3339 time", param_hint=option) from None
+    if t.tzinfo is None:
+        raise click.BadParameter("give an offset (Z or +01:00)", param_hint=option)
+    return t
+
+
 def _more(page: Page[Any]) -> None:
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")
@@ -487,6 +500,11 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 @click.option(
     "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
 )
+@click.option("--task", "task_id", default=None, help="Only jobs of this task.")
+@click.option(
+    "--created-after", default=None, help="Only jobs created at or after this RFC 3339 time."
+)
+@click.option("--created-before", default=None, help="Only jobs created before this time.")
 @click.option("--limit", type=int, default=20, show_default=True)
 @click.option("--cursor", default=None, help="nextCursor of a previous page.")
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --output json.")
@@ -495,6 +513,9 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 def list_(
     status: str | None,
     last_run_status: str | None,
+    task_id: str | None,
+    created_after: str | None,
+    created_before: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
@@ -507,7 +528,13 @@ def list_(
         url,
         token,
         lambda c: c.list_jobs(
-            status=status, last_run_status=last_run_status, limit=limit, cursor=cursor
+            status=status,
+            last_run_status=last_run_status,
+            task_id=task_id,
+            start_time=_instant(created_after, "--created-after"),
+            end_time=_instant(created_before, "--created-before"),
+            limit=limit,
+            cursor=cursor,
         ),
     )
     if as_json or output == "json":

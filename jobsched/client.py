@@ -283,6 +283,7 @@ class JobschedClient:
         *,
         status: str | None = None,
         last_run_status: str | None = None,
+        task_id: str | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
         limit: int | None = None,
@@ -294,6 +295,7 @@ class JobschedClient:
         params = _params(
             status=status,
             lastRunStatus=last_run_status,
+            taskId=task_id,
             startTime=start_time.isoformat() if start_time else None,
             endTime=end_time.isoformat() if end_time else None,
             limit=str(limit) if limit else None,

@@ -194,3 +194,25 @@ async def test_every_command_has_a_table_and_a_json_output(stack: Stack) -> None
 async def test_completion_prints_clicks_script() -> None:
     result = await asyncio.to_thread(CliRunner().invoke, main, ["completion", "bash"])
     assert result.exit_code == 0 and "_JOBSCHED_COMPLETE=bash_complete" in result.stdout
+
+
+async def test_list_filters_by_task_and_creation_time(stack: Stack) -> None:
+    noop = await stack.client().create_job(
+        {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 3600}}
+    )
+    sleep = await stack.client().create_job(
+        {
+            "taskId": "sleep",
+            "parameters": {"seconds": 0},
+            "schedule": {"type": "interval", "everySeconds": 3600},
+        }
+    )
+    only_noop = await cli_json(stack, "list", "--task", "noop")
+    assert [j["id"] for j in only_noop["items"]] == [noop.id]
+    at = sleep.created_at.isoformat()
+    from_then = await cli_json(stack, "list", "--created-after", at)
+    before_then = await cli_json(stack, "list", "--created-before", at)
+    assert sleep.id in [j["id"] for j in from_then["items"]]
+    assert sleep.id not in [j["id"] for j in before_then["items"]]
+    bad = await cli(stack, "list", "--created-after", "yesterday", code=2)
+    assert "--created-after" in bad.output
