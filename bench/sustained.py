@@ -36,6 +36,7 @@ from bench.common import (
     CpuMeter,
     Deployment,
     Layout,
+    MessageMeter,
     Profiler,
     StoreReader,
     Summary,
@@ -140,12 +141,17 @@ async def measure_window(
     prof = Profiler(
         args.py_spy, args.profile, label, idle=args.profile_idle, native=args.profile_native
     )
+    messages = MessageMeter(d.nats.monitor_url)
     async with WorkObserver(d.nats_url) as obs:
         await wait_until_wall(t0)
         meter.start()
+        await messages.start()
+        observed0 = len(obs.seen)
         prof.start(d.python_pids(), duration_s)
         await wait_until_wall(t0 + duration_s)
         cpu = meter.stop()
+        received, sent = await messages.stop()
+        sent -= len(obs.seen) - observed0  # the run messages forwarded to this benchmark
         a_ms, b_ms = int(t0 * 1000), int((t0 + duration_s) * 1000)
         reader = StoreReader(d.store_path)
         try:
@@ -196,6 +202,7 @@ async def measure_window(
     fin = Summary.of(delays(runs, "scheduled_for", "finished_at") + pad)
     thousands = succeeded_in_window / 1000.0
     cpu_per_k = {n: (c / thousands if thousands else float("nan")) for n, c in cpu.items()}
+    per_run = succeeded_in_window or float("nan")
     return {
         "expected_runs": expected,
         "due_per_s_min": min(due_per_s),
@@ -213,6 +220,11 @@ async def measure_window(
         "cpu_s": cpu,
         "cpu_s_per_1000_runs": cpu_per_k,
         "cpu_util": {n: c / meter.wall for n, c in cpu.items()},
+        "nats_msgs_in": received,
+        "nats_msgs_out": sent,
+        "nats_msgs_per_run": (received + sent) / per_run,
+        "nats_msgs_in_per_run": received / per_run,
+        "nats_msgs_out_per_run": sent / per_run,
         "_pub": pub,
         "_stream": in_stream,
         "_start": start,
@@ -241,7 +253,9 @@ async def run_one(
         f"== {layout.label} / {workload} / {rate:g} runs/s for {args.duration:g} s", file=sys.stderr
     )
     env = {**settings_overrides(args), **(env or {})}
-    async with Deployment(layout, keep=args.keep, name="sustained", env=env, seed=seed) as d:
+    async with Deployment(
+        layout, keep=args.keep, name="sustained", env=env, seed=seed, nats_monitor=True
+    ) as d:
         if seeded:
             sub = {
                 "t0": first_at + args.period,
@@ -272,7 +286,7 @@ async def run_one(
     print(
         f"  -> done {res['throughput_per_s']:,.0f}/s, started {res['started_runs']:,}/"
         f"{res['expected_runs']:,}, start p50 {fmt_s(st.p50)} p99 {fmt_s(st.p99)} "
-        f"max {fmt_s(st.max)}, CPU s/1k runs "
+        f"max {fmt_s(st.max)}, NATS msgs/run {res['nats_msgs_per_run']:.1f}, CPU s/1k runs "
         + ", ".join(f"{n} {c:.2f}" for n, c in res["cpu_s_per_1000_runs"].items()),
         file=sys.stderr,
     )
@@ -316,6 +330,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             fmt_s(st.p99),
             fmt_s(st.max),
             v,
+            _msgs_per_run(r),
             cpu,
         ]
         if raw:
@@ -337,6 +352,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "start p99",
         "start max",
         "target",
+        "NATS msgs/run (in+out)",
         "CPU s per 1k runs",
     ]
     if raw:
@@ -349,7 +365,24 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "begins the batch), stream = scheduledFor -> run message seen on NATS, start = "
         "scheduledFor -> startedAt. skipped = occurrences due in the window recorded SKIPPED "
         "(an interval job a period or more behind: its earlier occurrences, by the overlap "
-        "policy; one record may stand for several)."
+        "policy; one record may stand for several). NATS msgs/run = messages nats-server "
+        "received (in) and sent (out) in the window (its /varz; the run messages forwarded to "
+        "this benchmark's observer excluded) per run done."
+    )
+    if raw and raw.get("pipeline_msgs_per_message"):
+        print(
+            f"raw NATS baseline: {raw['pipeline_msgs_per_message']:.1f} NATS messages per "
+            "message published, consumed and acked (publish, PubAck, delivery, ack, pull "
+            "requests)."
+        )
+
+
+def _msgs_per_run(r: dict[str, Any]) -> str:
+    if "nats_msgs_per_run" not in r or math.isnan(r["nats_msgs_per_run"]):
+        return "-"
+    return (
+        f"{r['nats_msgs_per_run']:.1f} "
+        f"({r['nats_msgs_in_per_run']:.1f}+{r['nats_msgs_out_per_run']:.1f})"
     )
 
 
