@@ -99,6 +99,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         tasks: ``module:callable`` returning the :class:`core.tasks.TaskCatalog` of this deployment.
         worker_id: name of this worker in execution records; empty = ``<hostname>-<pid>``.
         log_format / log_level: ``text`` or ``json``; a ``logging`` level name.
+        event_loop: ``JOBSCHED_EVENT_LOOP``; the event loop of the service processes
+            (:mod:`jobsched.eventloop`): ``auto`` (uvloop when installed, else asyncio's),
+            ``uvloop`` (an error at start-up when it is not installed) or ``asyncio``.
         nats_credentials_file: ``JOBSCHED_NATS_CREDENTIALS_FILE``; the NATS user of this
             process: a JSON file ``{"user": ..., "password": ...}`` (mode 0600, e.g. a
             container secret), used by every NATS connection of the process.
@@ -181,6 +184,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_id: str = ""
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     nats_credentials_file: str = ""
     nats_credentials_dir: str = ""
     nats_callout_issuer_seed_file: str = ""
