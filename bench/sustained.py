@@ -127,6 +127,24 @@ async def submit_workload(
     }
 
 
+async def drain(reader: StoreReader, a_ms: int, b_ms: int, expected: int, limit_s: float) -> None:
+    """Wait until every run due in [a, b) is recorded finished, no progress for 10 s, or
+    ``limit_s`` passed."""
+    deadline = time.monotonic() + limit_s
+    last, still = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        done = reader.count(
+            "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL", (a_ms, b_ms)
+        )
+        if done >= expected:
+            return
+        if done != last:
+            last, still = done, time.monotonic()
+        elif time.monotonic() - still > 10:
+            return
+        await asyncio.sleep(0.5)
+
+
 async def measure_window(
     d: Deployment,
     workload: str,
@@ -150,6 +168,7 @@ async def measure_window(
         prof.start(d.python_pids(), duration_s)
         await wait_until_wall(t0 + duration_s)
         cpu = meter.stop()
+        wall = meter.wall
         received, sent = await messages.stop()
         sent -= len(obs.seen) - observed0  # the run messages forwarded to this benchmark
         a_ms, b_ms = int(t0 * 1000), int((t0 + duration_s) * 1000)
@@ -163,21 +182,17 @@ async def measure_window(
                 expected, due_per_s = expected_interval_runs(
                     created, int(args.period * 1000), a_ms, b_ms
                 )
-            # drain: until every run due in the window is recorded finished (or no progress)
-            deadline = time.monotonic() + args.drain
-            last, still = -1, time.monotonic()
-            while time.monotonic() < deadline:
-                done = reader.count(
-                    "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL",
-                    (a_ms, b_ms),
-                )
-                if done >= expected:
-                    break
-                if done != last:
-                    last, still = done, time.monotonic()
-                elif time.monotonic() - still > 10:
-                    break
-                await asyncio.sleep(0.5)
+            await drain(reader, a_ms, b_ms, expected, args.drain)
+            # the work of the window, however long it took: CPU and messages until the drain
+            # ended, per run due in the window that finished (robust on a loaded machine,
+            # where a window's runs may finish after it)
+            cpu_drained = meter.stop()
+            drained_in, drained_out = await messages.stop()
+            drained_out -= len(obs.seen) - observed0
+            finished = reader.count(
+                "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL",
+                (a_ms, b_ms),
+            )
             runs = reader.runs("scheduled_for >= ? AND scheduled_for < ?", (a_ms, b_ms))
             skipped = reader.skipped_occurrences(
                 "scheduled_for >= ? AND scheduled_for < ?", (a_ms, b_ms)
@@ -219,12 +234,17 @@ async def measure_window(
         "sched_to_finish": fin.as_dict(),
         "cpu_s": cpu,
         "cpu_s_per_1000_runs": cpu_per_k,
-        "cpu_util": {n: c / meter.wall for n, c in cpu.items()},
+        "cpu_util": {n: c / wall for n, c in cpu.items()},
         "nats_msgs_in": received,
         "nats_msgs_out": sent,
-        "nats_msgs_per_run": (received + sent) / per_run,
-        "nats_msgs_in_per_run": received / per_run,
-        "nats_msgs_out_per_run": sent / per_run,
+        "nats_msgs_per_run_window": (received + sent) / per_run,
+        "finished_runs": finished,
+        "cpu_ms_per_run_drained": {
+            n: 1000 * c / finished if finished else float("nan") for n, c in cpu_drained.items()
+        },
+        "nats_msgs_per_run": (drained_in + drained_out) / (finished or float("nan")),
+        "nats_msgs_in_per_run": drained_in / (finished or float("nan")),
+        "nats_msgs_out_per_run": drained_out / (finished or float("nan")),
         "_pub": pub,
         "_stream": in_stream,
         "_start": start,
@@ -332,6 +352,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             v,
             _msgs_per_run(r),
             cpu,
+            ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_ms_per_run_drained"].items()),
         ]
         if raw:
             row.insert(4, f"{100 * r['throughput_per_s'] / raw['pipeline_per_s']:.1f} %")
@@ -354,6 +375,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "target",
         "NATS msgs/run (in+out)",
         "CPU s per 1k runs",
+        "CPU ms/run (window+drain)",
     ]
     if raw:
         headers.insert(4, "of raw NATS")
@@ -366,8 +388,10 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "scheduledFor -> startedAt. skipped = occurrences due in the window recorded SKIPPED "
         "(an interval job a period or more behind: its earlier occurrences, by the overlap "
         "policy; one record may stand for several). NATS msgs/run = messages nats-server "
-        "received (in) and sent (out) in the window (its /varz; the run messages forwarded to "
-        "this benchmark's observer excluded) per run done."
+        "received (in) and sent (out) from the window's start until its runs finished (its "
+        "/varz; the run messages forwarded to this benchmark's observer excluded), per run due "
+        "in the window that finished; CPU ms/run (window+drain) likewise (the figure to compare "
+        "on a loaded machine, where a window's runs finish after it)."
     )
     if raw and raw.get("pipeline_msgs_per_message"):
         print(
