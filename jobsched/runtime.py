@@ -173,6 +173,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         backoff_max_s=settings.retry_backoff_max_seconds,
         data_dir=str(Path(settings.data_dir).resolve()),
         drain_timeout_s=settings.drain_timeout_seconds,
+        running_grace_s=settings.worker_running_grace_seconds,
     )
 
 
