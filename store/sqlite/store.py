@@ -558,22 +558,33 @@ class SqliteStore:
         no write lock), then deleted in one write transaction (one fsync) with ``state_rank``
         checked again. Freed pages go to the file's free list and are reused by later inserts,
         so a steady insert-and-prune load keeps the file at its size.
+
+        One statement first counts every target's finished runs (and finds its oldest); a job's
+        own lookups run only where that count passes its ``keep_last`` or that oldest run
+        ended before its ``finished_before`` — after a burst of runs, most jobs keep all they
+        have, and they then cost no statement of their own.
         """
+        stats = await self._finished_stats([t.job_id for t in targets])
         plan: list[tuple[list[str], bool]] = []
         budget = limit
         for t in targets:
+            count, oldest = stats.get(t.job_id, (0, None))
             doomed: list[str] = []
             complete = True
             if t.finished_before is not None and budget > 0:
                 before = to_epoch_ms(t.finished_before)
-                rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
+                rows = []
+                if oldest is not None and oldest < before:
+                    rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
                 doomed += [r[0] for r in rows]
                 complete = len(rows) < budget
             elif t.finished_before is not None:
                 complete = False
             left = budget - len(doomed)
             if t.keep_last is not None and complete:
-                rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
+                rows = []
+                if count > t.keep_last:
+                    rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
                 doomed += [r[0] for r in rows if r[0] != t.keep_id]
                 complete = len(rows) < left
             budget -= len(doomed)
@@ -586,6 +597,20 @@ class SqliteStore:
                 deleted = await _delete_finished(conn, doomed)
                 results.append(PruneResult(deleted=deleted, complete=complete))
         return results
+
+    async def _finished_stats(self, job_ids: list[str]) -> dict[str, tuple[int, int | None]]:
+        """Each job's finished runs: how many, and when the oldest ended (epoch ms)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i : i + 500]
+            rows = await self._fetch(
+                "SELECT job_id, COUNT(*), MIN(finished_at) FROM executions "
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND state_rank = 1000000 "
+                "GROUP BY job_id",
+                chunk,
+            )
+            out.update((r[0], (int(r[1]), r[2])) for r in rows)
+        return out
 
     async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
         rows = await self._fetch(
