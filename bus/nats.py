@@ -38,8 +38,7 @@ import logging
 import re
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -169,13 +168,23 @@ def run_key(execution_id: str) -> str:
     return hashlib.blake2b(execution_id.encode(), digest_size=8).hexdigest()
 
 
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Turn NATS client errors into :class:`BusUnavailable` naming ``what`` failed."""
-    try:
-        yield
-    except (nats.errors.Error, TimeoutError, ConnectionError, OSError) as e:
-        raise BusUnavailable(f"NATS: {what} failed: {type(e).__name__}: {e}") from e
+class translated:  # lower case: used like a function, ``with translated("publish"):``
+    """Context manager turning NATS client errors into :class:`BusUnavailable` naming ``what``
+    failed (a class, not a generator: it wraps every publish and ack)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, nats.errors.Error | TimeoutError | ConnectionError | OSError):
+            raise BusUnavailable(f"NATS: {self.what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 class Delivery:
