@@ -6,8 +6,9 @@ For each delivered run (at-least-once, JetStream ack-wait redelivery):
    (``+TERM``), never redelivered forever (case S06);
 2. attempt = attempts spent before publication + JetStream's delivery count; past the job's
    ``maxAttempts`` (earlier attempts died with their worker) it is recorded FAILED and terminated;
-3. report RUNNING, run the task with its timeout while an in-progress ack (``+WPI``) every third
-   of the ack wait keeps the message from being redelivered (case S05);
+3. report RUNNING (with ``running_grace_seconds``: only once the attempt has run that long), run the
+   task with its timeout while an in-progress ack (``+WPI``) every third of the ack wait keeps
+   the message from being redelivered (case S05);
 4. success: report SUCCEEDED, then ack. Failure: report RETRYING and ``-NAK`` with an exponential
    backoff delay, or after the last attempt report FAILED and terminate.
 
@@ -284,9 +285,8 @@ class Worker:
         starts); every later report of the run waits for it, so the stream keeps their order."""
         started = self.clock.now()
         base = self._event_base(run, attempt, started)
-        running = tg.create_task(
-            self._report(msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started)),
-            name=f"{self.name} report RUNNING {run.execution_id}",
+        running = _RunningReport(
+            self, msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started), tg
         )
         metrics = self._metrics_of(run.task_id)
         if attempt == 1:
@@ -316,7 +316,7 @@ class Worker:
             raise
         except Exception as e:
             metrics.duration.observe(time.perf_counter() - began)
-            await running
+            await running.settle()
             if isinstance(e, RunCancelled):
                 await self._cancelled(d, run, attempt, started=started)
             else:
@@ -324,7 +324,7 @@ class Worker:
             return
         metrics.duration.observe(time.perf_counter() - began)
         now = self.clock.now()
-        await running
+        await running.settle()
         await self._report(
             msgspec.structs.replace(
                 base,
@@ -531,6 +531,40 @@ class Worker:
                 await d.in_progress()
             except BusUnavailable as e:
                 log.warning("in-progress ack failed: %s", e)
+
+
+class _RunningReport:
+    """The RUNNING report of one attempt, published while the task runs: at once, or after the
+    worker's ``running_grace_seconds`` (:class:`core.settings.WorkerConfig`) unless the attempt
+    ended first."""
+
+    __slots__ = ("_grace_s", "_publishing", "_task", "_worker")
+
+    def __init__(self, worker: Worker, event: StatusEvent, tg: asyncio.TaskGroup) -> None:
+        self._worker = worker
+        self._grace_s = worker.config.running_grace_seconds
+        self._publishing = self._grace_s <= 0
+        self._task = tg.create_task(
+            self._report(event), name=f"{worker.name} report RUNNING {event.execution_id}"
+        )
+
+    async def _report(self, event: StatusEvent) -> None:
+        if not self._publishing:
+            timer = self._worker.timer
+            await timer.sleep_until(timer.now() + timedelta(seconds=self._grace_s), asyncio.Event())
+            self._publishing = True
+        await self._worker._report(event)
+
+    async def settle(self) -> None:
+        """The attempt ended: wait until RUNNING is stored, or drop it if its grace has not
+        passed (it was never sent), so that the outcome is reported after it or alone."""
+        if not self._publishing:
+            self._task.cancel()
+            await asyncio.wait([self._task])
+            if not self._task.cancelled():
+                self._task.result()
+            return
+        await self._task
 
 
 def _describe(e: BaseException) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 
-from bench.common import add_common_args, save_results, table
+from bench.common import MessageMeter, add_common_args, save_results, table
 from jobsched.natsserver import SYNC_INTERVAL, NatsServer, find_nats_server
 
 
@@ -100,8 +100,10 @@ async def measure_raw_nats(
         root / "nats",
         log_file=root / "nats.log",
         sync_interval=sync_interval,
+        monitor=True,
     )
     url = server.start()
+    messages_meter = MessageMeter(server.monitor_url)
     payload = os.urandom(size // 2).hex().encode()[:size]
     try:
         pub_nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
@@ -121,10 +123,12 @@ async def measure_raw_nats(
         con_s = await _consume(sjs, "raw.a", "ca", messages, batch)
         consumer = asyncio.create_task(_consume(sjs, "raw.b", "cb", messages, batch))
         await asyncio.sleep(0.2)
+        await messages_meter.start()
         t0 = time.perf_counter()
         await _publish(pjs, "raw.b", messages, payload, pending, "b")
         await consumer
         pipe_s = time.perf_counter() - t0
+        pipe_in, pipe_out = await messages_meter.stop()
         serial_s = await _serial(pjs, "raw.c", serial, payload) if serial else 0.0
         await pub_nc.close()
         await sub_nc.close()
@@ -138,6 +142,7 @@ async def measure_raw_nats(
         "publish_per_s": messages / pub_s,
         "consume_ack_per_s": messages / con_s,
         "pipeline_per_s": messages / pipe_s,
+        "pipeline_msgs_per_message": (pipe_in + pipe_out) / messages,
         "serial_per_s": serial / serial_s if serial else None,
     }
 
@@ -187,6 +192,11 @@ def main() -> None:
             ["phase", *(r["sync_interval"] for r in runs)],
             [[label, *(f"{r[key] or 0:,.0f}" for r in runs)] for label, key in rows],
         )
+    )
+    print(
+        "NATS messages per message in the pipeline phase (nats-server /varz in_msgs + out_msgs: "
+        "publish, PubAck, delivery, ack, pull requests): "
+        + ", ".join(f"{r['sync_interval']} {r['pipeline_msgs_per_message']:.2f}" for r in runs)
     )
     if not args.no_save:
         saved = save_results("baseline", {"args": vars(args), "runs": runs}, args.json)

@@ -551,6 +551,35 @@ class CpuMeter:
         return self.used
 
 
+async def nats_message_counts(monitor_url: str) -> tuple[int, int]:
+    """nats-server's ``in_msgs`` (received from clients: publishes, acks, pull requests) and
+    ``out_msgs`` (sent to clients: deliveries, PubAcks, API replies) so far, from ``/varz``."""
+    async with aiohttp.ClientSession() as http, http.get(monitor_url + "/varz") as resp:
+        varz = await resp.json()
+    return int(varz["in_msgs"]), int(varz["out_msgs"])
+
+
+class MessageMeter:
+    """NATS messages through a nats-server between :meth:`start` and :meth:`stop` (``/varz``
+    deltas): ``in_msgs`` and ``out_msgs``, the server's counts of messages it received from and
+    sent to clients. ``/varz`` is read over HTTP, so this needs a server with monitoring
+    (``Deployment(nats_monitor=True)``)."""
+
+    def __init__(self, monitor_url: str) -> None:
+        self.monitor_url = monitor_url
+        self._in0 = self._out0 = 0
+        self.received = self.sent = 0
+
+    async def start(self) -> None:
+        self._in0, self._out0 = await nats_message_counts(self.monitor_url)
+
+    async def stop(self) -> tuple[int, int]:
+        """(received, sent) since :meth:`start`."""
+        in1, out1 = await nats_message_counts(self.monitor_url)
+        self.received, self.sent = in1 - self._in0, out1 - self._out0
+        return self.received, self.sent
+
+
 # --- HTTP load -----------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import os
 import signal
 
 from core.settings import load_settings
+from jobsched import eventloop
 from jobsched.logs import configure_logging
 from jobsched.runtime import Roles, serve
 
@@ -37,7 +38,7 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, roles, stop)
 
-    asyncio.run(runner())
+    eventloop.run(runner(), settings.event_loop)
 
 
 if __name__ == "__main__":

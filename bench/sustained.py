@@ -36,6 +36,7 @@ from bench.common import (
     CpuMeter,
     Deployment,
     Layout,
+    MessageMeter,
     Profiler,
     StoreReader,
     Summary,
@@ -126,6 +127,24 @@ async def submit_workload(
     }
 
 
+async def drain(reader: StoreReader, a_ms: int, b_ms: int, expected: int, limit_s: float) -> None:
+    """Wait until every run due in [a, b) is recorded finished, no progress for 10 s, or
+    ``limit_s`` passed."""
+    deadline = time.monotonic() + limit_s
+    last, still = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        done = reader.count(
+            "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL", (a_ms, b_ms)
+        )
+        if done >= expected:
+            return
+        if done != last:
+            last, still = done, time.monotonic()
+        elif time.monotonic() - still > 10:
+            return
+        await asyncio.sleep(0.5)
+
+
 async def measure_window(
     d: Deployment,
     workload: str,
@@ -140,12 +159,18 @@ async def measure_window(
     prof = Profiler(
         args.py_spy, args.profile, label, idle=args.profile_idle, native=args.profile_native
     )
+    messages = MessageMeter(d.nats.monitor_url)
     async with WorkObserver(d.nats_url) as obs:
         await wait_until_wall(t0)
         meter.start()
+        await messages.start()
+        observed0 = len(obs.seen)
         prof.start(d.python_pids(), duration_s)
         await wait_until_wall(t0 + duration_s)
         cpu = meter.stop()
+        wall = meter.wall
+        received, sent = await messages.stop()
+        sent -= len(obs.seen) - observed0  # the run messages forwarded to this benchmark
         a_ms, b_ms = int(t0 * 1000), int((t0 + duration_s) * 1000)
         reader = StoreReader(d.store_path)
         try:
@@ -157,21 +182,23 @@ async def measure_window(
                 expected, due_per_s = expected_interval_runs(
                     created, int(args.period * 1000), a_ms, b_ms
                 )
-            # drain: until every run due in the window is recorded finished (or no progress)
-            deadline = time.monotonic() + args.drain
-            last, still = -1, time.monotonic()
-            while time.monotonic() < deadline:
-                done = reader.count(
+            await drain(reader, a_ms, b_ms, expected, args.drain)
+            # the work of the window, however long it took: CPU and messages until the drain
+            # ended, per run due in the window that finished (robust on a loaded machine,
+            # where a window's runs may finish after it)
+            # where runs keep coming after the window (interval jobs), the window's figures
+            cpu_drained, drained_in, drained_out = cpu, received, sent
+            finished = reader.count(
+                "status = 'SUCCEEDED' AND finished_at >= ? AND finished_at < ?", (a_ms, b_ms)
+            )
+            if workload == "once":
+                cpu_drained = meter.stop()
+                drained_in, drained_out = await messages.stop()
+                drained_out -= len(obs.seen) - observed0
+                finished = reader.count(
                     "scheduled_for >= ? AND scheduled_for < ? AND finished_at IS NOT NULL",
                     (a_ms, b_ms),
                 )
-                if done >= expected:
-                    break
-                if done != last:
-                    last, still = done, time.monotonic()
-                elif time.monotonic() - still > 10:
-                    break
-                await asyncio.sleep(0.5)
             runs = reader.runs("scheduled_for >= ? AND scheduled_for < ?", (a_ms, b_ms))
             skipped = reader.skipped_occurrences(
                 "scheduled_for >= ? AND scheduled_for < ?", (a_ms, b_ms)
@@ -196,6 +223,7 @@ async def measure_window(
     fin = Summary.of(delays(runs, "scheduled_for", "finished_at") + pad)
     thousands = succeeded_in_window / 1000.0
     cpu_per_k = {n: (c / thousands if thousands else float("nan")) for n, c in cpu.items()}
+    per_run = succeeded_in_window or float("nan")
     return {
         "expected_runs": expected,
         "due_per_s_min": min(due_per_s),
@@ -212,7 +240,17 @@ async def measure_window(
         "sched_to_finish": fin.as_dict(),
         "cpu_s": cpu,
         "cpu_s_per_1000_runs": cpu_per_k,
-        "cpu_util": {n: c / meter.wall for n, c in cpu.items()},
+        "cpu_util": {n: c / wall for n, c in cpu.items()},
+        "nats_msgs_in": received,
+        "nats_msgs_out": sent,
+        "nats_msgs_per_run_window": (received + sent) / per_run,
+        "finished_runs": finished,
+        "cpu_ms_per_run_drained": {
+            n: 1000 * c / finished if finished else float("nan") for n, c in cpu_drained.items()
+        },
+        "nats_msgs_per_run": (drained_in + drained_out) / (finished or float("nan")),
+        "nats_msgs_in_per_run": drained_in / (finished or float("nan")),
+        "nats_msgs_out_per_run": drained_out / (finished or float("nan")),
         "_pub": pub,
         "_stream": in_stream,
         "_start": start,
@@ -241,7 +279,9 @@ async def run_one(
         f"== {layout.label} / {workload} / {rate:g} runs/s for {args.duration:g} s", file=sys.stderr
     )
     env = {**settings_overrides(args), **(env or {})}
-    async with Deployment(layout, keep=args.keep, name="sustained", env=env, seed=seed) as d:
+    async with Deployment(
+        layout, keep=args.keep, name="sustained", env=env, seed=seed, nats_monitor=True
+    ) as d:
         if seeded:
             sub = {
                 "t0": first_at + args.period,
@@ -272,7 +312,7 @@ async def run_one(
     print(
         f"  -> done {res['throughput_per_s']:,.0f}/s, started {res['started_runs']:,}/"
         f"{res['expected_runs']:,}, start p50 {fmt_s(st.p50)} p99 {fmt_s(st.p99)} "
-        f"max {fmt_s(st.max)}, CPU s/1k runs "
+        f"max {fmt_s(st.max)}, NATS msgs/run {res['nats_msgs_per_run']:.1f}, CPU s/1k runs "
         + ", ".join(f"{n} {c:.2f}" for n, c in res["cpu_s_per_1000_runs"].items()),
         file=sys.stderr,
     )
@@ -316,7 +356,9 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             fmt_s(st.p99),
             fmt_s(st.max),
             v,
+            _msgs_per_run(r),
             cpu,
+            ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_ms_per_run_drained"].items()),
         ]
         if raw:
             row.insert(4, f"{100 * r['throughput_per_s'] / raw['pipeline_per_s']:.1f} %")
@@ -337,7 +379,9 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "start p99",
         "start max",
         "target",
+        "NATS msgs/run (in+out)",
         "CPU s per 1k runs",
+        "CPU ms/run (window+drain)",
     ]
     if raw:
         headers.insert(4, "of raw NATS")
@@ -349,7 +393,28 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         "begins the batch), stream = scheduledFor -> run message seen on NATS, start = "
         "scheduledFor -> startedAt. skipped = occurrences due in the window recorded SKIPPED "
         "(an interval job a period or more behind: its earlier occurrences, by the overlap "
-        "policy; one record may stand for several)."
+        "policy; one record may stand for several). NATS msgs/run = messages nats-server "
+        "received (in) and sent (out) from the window's start until its runs finished (its "
+        "/varz; the run messages forwarded to this benchmark's observer excluded), per run due "
+        "in the window that finished; CPU ms/run (window+drain) likewise (the figure to compare "
+        "on a loaded machine, where a window's runs finish after it). For the interval "
+        "workload, whose jobs keep running after the window, both are the window's, per run "
+        "done in it."
+    )
+    if raw and raw.get("pipeline_msgs_per_message"):
+        print(
+            f"raw NATS baseline: {raw['pipeline_msgs_per_message']:.1f} NATS messages per "
+            "message published, consumed and acked (publish, PubAck, delivery, ack, pull "
+            "requests)."
+        )
+
+
+def _msgs_per_run(r: dict[str, Any]) -> str:
+    if "nats_msgs_per_run" not in r or math.isnan(r["nats_msgs_per_run"]):
+        return "-"
+    return (
+        f"{r['nats_msgs_per_run']:.1f} "
+        f"({r['nats_msgs_in_per_run']:.1f}+{r['nats_msgs_out_per_run']:.1f})"
     )
 
 

@@ -21,7 +21,11 @@ Layout (``<p>`` = ``subject_prefix``, ``<P>`` = the same for stream names):
 
 Everything here is checked against nats-server 2.9: WorkQueue retention, ``Nats-Msg-Id``
 de-duplication, pull consumers, ``-NAK`` with a delay (ADR-15, server 2.7.1+), ``+WPI`` in-progress
-acks, ``+TERM``. No nats exception escapes this package: failures surface as
+acks, ``+TERM``. Batches of runs and of events are published as one atomic batch (ADR-50,
+nats-server 2.12+, ``allow_atomic`` on both streams; de-duplication in a batch 2.12.1+): one
+PubAck per batch instead of one per message; where that is refused (a stream without
+``allow_atomic``, a duplicate in the batch) the batch is published message by message, as
+before. No nats exception escapes this package: failures surface as
 :class:`core.errors.BusUnavailable`.
 """
 
@@ -32,8 +36,8 @@ import contextlib
 import logging
 import re
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +78,11 @@ RUN_LOOKUP_CONCURRENCY = 64
 """Message lookups in flight at once in ``Bus.runs_in_stream``."""
 RECORDER_CONSUMER = "recorder"
 """Durable pull consumer of the status stream that the recorders share."""
+ATOMIC_BATCH_MAX = 1000
+"""Most messages in one atomic batch publish (nats-server's limit, ADR-50)."""
+ATOMIC_NOT_ENABLED = 10174
+"""JetStream error code: atomic batch publish is not enabled on the stream."""
+BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
 
 run_encoder = msgspec.json.Encoder()
 notice_decoder = msgspec.json.Decoder(JobNotice)
@@ -151,13 +160,23 @@ class BusConfig:
         return f"workers-{queue}"
 
 
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Turn NATS client errors into :class:`BusUnavailable` naming ``what`` failed."""
-    try:
-        yield
-    except (nats.errors.Error, TimeoutError, ConnectionError, OSError) as e:
-        raise BusUnavailable(f"NATS: {what} failed: {type(e).__name__}: {e}") from e
+class translated:  # lower case: used like a function, ``with translated("publish"):``
+    """Context manager turning NATS client errors into :class:`BusUnavailable` naming ``what``
+    failed (a class, not a generator: it wraps every publish and ack)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, nats.errors.Error | TimeoutError | ConnectionError | OSError):
+            raise BusUnavailable(f"NATS: {self.what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 class Delivery:
@@ -476,6 +495,7 @@ class Bus:
         self._js: JetStreamContext | None = None
         self._closing = False
         self.connected = asyncio.Event()
+        self._atomic = True  # False once a stream said atomic batches are not enabled
 
     async def connect(self, *, timeout_s: float = 10.0) -> None:
         """Connect (retrying until ``timeout_s``), then keep reconnecting forever on loss.
@@ -611,6 +631,7 @@ class Bus:
             discard=DiscardPolicy.OLD,
             duplicate_window=c.duplicate_window_seconds,
             num_replicas=c.replicas,
+            allow_atomic=True,
         )
         status = StreamConfig(
             name=c.status_stream,
@@ -621,6 +642,7 @@ class Bus:
             duplicate_window=min(120.0, c.status_retention_seconds),
             num_replicas=c.replicas,
             allow_direct=True,
+            allow_atomic=True,
         )
         for cfg in (work, status):
             await self._ensure_stream(cfg)
@@ -785,6 +807,11 @@ class Bus:
         window is acknowledged as a duplicate and not stored twice.
         """
         c = self.config
+        batch = [
+            (c.work_subject(r.queue, r.execution_id), run_encoder.encode(r), r.msg_id) for r in runs
+        ]
+        if await self._publish_atomic(batch):
+            return [None] * len(runs)
         futures: list[asyncio.Future[Any] | BusUnavailable] = []
         for run in runs:
             try:
@@ -833,20 +860,25 @@ class Bus:
         Used for transitions the store already holds (job changes, QUEUED and SKIPPED runs):
         losing one delays nobody's work, so failures are logged, not retried.
         """
+        batch = [
+            (
+                self.config.status_subject(event.owner, event.job_id),
+                run_encoder.encode(event),
+                job_event_msg_id(event.job_id, event.event, event.at)
+                if isinstance(event, JobEvent)
+                else status_msg_id(event.execution_id, event.status, event.attempt),
+            )
+            for event in events
+        ]
+        if await self._publish_atomic(batch):
+            return len(batch)
         futures = []
-        for event in events:
-            if isinstance(event, JobEvent):
-                msg_id = job_event_msg_id(event.job_id, event.event, event.at)
-            else:
-                msg_id = status_msg_id(event.execution_id, event.status, event.attempt)
+        for subject, data, msg_id in batch:
             try:
                 with translated("publish event"):
                     futures.append(
                         await self.js.publish_async(
-                            self.config.status_subject(event.owner, event.job_id),
-                            run_encoder.encode(event),
-                            headers={MSG_ID: msg_id},
-                            wait_stall=5.0,
+                            subject, data, headers={MSG_ID: msg_id}, wait_stall=5.0
                         )
                     )
             except BusUnavailable as e:
@@ -861,6 +893,58 @@ class Bus:
             except BusUnavailable as e:
                 log.warning("event not published: %s", e)
         return stored
+
+    async def _publish_atomic(self, batch: Sequence[tuple[str, bytes, str]]) -> bool:
+        """Publish ``(subject, data, Nats-Msg-Id)`` messages of one stream as one atomic batch
+        (ADR-50): the first as a request (its empty reply says the batch began), the middle
+        ones without a reply, the last as the commit (its PubAck covers them all). True: all
+        are stored (duplicates of earlier publishes included). False: nothing of it is stored
+        and the caller publishes one by one — the batch is too small or too large for it, the
+        stream does not allow atomic batches (then not tried again on this connection), it
+        holds a duplicate of itself or of an earlier message (error 10201), or NATS failed
+        (the caller's publishes then fail as usual; an uncommitted batch is abandoned by the
+        server, a committed one whose PubAck was lost makes the caller's publishes
+        duplicates)."""
+        if not self._atomic or not 2 <= len(batch) <= ATOMIC_BATCH_MAX:
+            return False
+        nc = self._nc
+        if nc is None or not nc.is_connected:
+            return False
+        batch_id = uuid.uuid4().hex
+        last = len(batch)
+        try:
+            for seq, (subject, data, msg_id) in enumerate(batch, 1):
+                headers = {MSG_ID: msg_id, BATCH_ID: batch_id, BATCH_SEQUENCE: str(seq)}
+                if seq == 1:
+                    reply = await nc.request(subject, data, timeout=5, headers=headers)
+                    if reply.data and not self._batch_accepted(reply.data):
+                        return False
+                elif seq < last:
+                    await nc.publish(subject, data, headers=headers)
+                else:
+                    headers[BATCH_COMMIT] = "1"
+                    ack = await nc.request(subject, data, timeout=5, headers=headers)
+                    return self._batch_accepted(ack.data)
+        except (nats.errors.Error, TimeoutError, ConnectionError, OSError) as e:
+            log.debug("atomic batch publish failed (%s); publishing one by one", e)
+        return False
+
+    def _batch_accepted(self, reply: bytes) -> bool:
+        """Whether a batch reply (an empty ack, a PubAck or an error) is not an error."""
+        try:
+            answer = msgspec.json.decode(reply, type=dict[str, Any])
+        except msgspec.DecodeError:
+            return False
+        error = answer.get("error")
+        if error is None:
+            return True
+        code = error.get("err_code") if isinstance(error, dict) else None
+        if code == ATOMIC_NOT_ENABLED:
+            log.info("atomic batch publish not enabled on a stream; publishing one by one")
+            self._atomic = False
+        else:
+            log.debug("atomic batch refused (%s); publishing one by one", error)
+        return False
 
     async def notify(self, notice: JobNotice) -> None:
         """Core-NATS notice to a partition's owner (best effort: the safety scan covers loss)."""

@@ -28,9 +28,11 @@ from core.errors import ConfigError, JobschedError
 from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
+from jobsched import eventloop
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
+from jobsched.eventloop import EventLoopChoice
 from jobsched.logs import configure_logging
 from jobsched.natsserver import NatsServer, find_nats_server
 from jobsched.runtime import Roles, auth_secret, serve
@@ -50,9 +52,12 @@ def _settings(**overrides: object) -> Settings:
 def _run_until_signal(
     main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
     on_force: Callable[[], None] | None = None,
+    *,
+    event_loop: EventLoopChoice = "auto",
 ) -> None:
-    """Run ``main(stop)``; SIGINT/SIGTERM set ``stop`` (a second signal exits at once, after
-    ``on_force``). A start-up failure is printed as one line, not a traceback."""
+    """Run ``main(stop)`` on the ``event_loop`` (:mod:`jobsched.eventloop`); SIGINT/SIGTERM
+    set ``stop`` (a second signal exits at once, after ``on_force``). A start-up failure is
+    printed as one line, not a traceback."""
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -71,7 +76,7 @@ def _run_until_signal(
         await main(stop)
 
     try:
-        asyncio.run(runner())
+        eventloop.run(runner(), event_loop)
     except (JobschedError, OSError, BaseExceptionGroup) as e:
         raise click.ClickException(_one_line(e)) from None
 
@@ -195,7 +200,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
             )
 
     try:
-        _run_until_signal(main_, on_force=server.kill)
+        _run_until_signal(main_, on_force=server.kill, event_loop=settings.event_loop)
     finally:
         server.stop()
         (data / DEV_FILE).unlink(missing_ok=True)
@@ -276,7 +281,7 @@ async def submit_demo_jobs(url: str, token: str) -> None:
 def _service(roles: Roles) -> None:
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
-    _run_until_signal(lambda stop: serve(settings, roles, stop))
+    _run_until_signal(lambda stop: serve(settings, roles, stop), event_loop=settings.event_loop)
 
 
 @main.command(name="dev-env")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -37,7 +37,7 @@ from core.ports import (
 from core.quotas import Bucket, TokenRequest, take_all
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
-from store.dispatching import advanced
+from store.dispatching import JobState, advanced
 from store.pages import Keyset
 from store.rows import RowReader
 from store.sqlite.rows import (
@@ -76,6 +76,7 @@ from store.sqlite.schema import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def path_from_url(url: str) -> Path:
@@ -178,6 +179,21 @@ class SqliteStore:
                     await asyncio.shield(conn.rollback())
                     raise
                 await conn.commit()
+
+    async def _in_one_hop(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(db)`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer's thread, in one
+        hand-off to that thread instead of one per statement (each costs a queue put, a
+        thread wake-up and a loop wake-up: at a few runs per batch, more than the SQL).
+
+        ``work`` runs on the writer's thread: it must only touch ``db`` and its arguments. It
+        is rolled back if ``work`` raises. A caller cancelled while it runs does not stop it:
+        the transaction still commits or rolls back before the thread takes the next one.
+        """
+        async with self._write_lock:
+            with _translated():
+                conn = self._w
+                run: Callable[..., Awaitable[T]] = conn._execute  # one hop (aiosqlite's queue)
+                return await run(_transact, conn._conn, work)
 
     @asynccontextmanager
     async def _light_transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -453,111 +469,104 @@ class SqliteStore:
         return self._jobs_of(rows)
 
     async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
+        """See :meth:`core.ports.JobStore.dispatch`: one transaction, one thread hand-off.
+
+        Each compare-and-set's own row count says whether it matched, so the jobs are not read
+        back: a job's state after the batch is the target of its last compare-and-set that
+        matched. Only a job none of whose compare-and-sets matched (another scheduler, or an
+        earlier try of this batch that committed, advanced it) is read, to see whether it
+        points past the run anyway (:func:`store.dispatching.advanced`). A
+        :class:`ManualDispatch` has no compare-and-set: its run is inserted unless it exists,
+        with its audit entry only then. An insert's row count says whether the record was
+        created now.
+        """
         if not runs:
             return []
-        scheduled = [d for d in runs if isinstance(d, Dispatch)]
-        async with self._transaction() as conn:
+        with _translated():  # a value no row can hold is refused, as when it is bound
             now = to_epoch_ms(runs[0].execution.created_at)
-            await conn.executemany(
-                ADVANCE,
-                [
-                    (
-                        epoch_ms(d.next_run_at),
-                        to_epoch_ms(d.execution.scheduled_for),
-                        now,
-                        d.execution.status == ExecutionStatus.QUEUED,
-                        to_epoch_ms(d.execution.scheduled_for),
-                        d.execution.job_id,
-                        to_epoch_ms(d.expected_next_run_at),
-                    )
-                    for d in scheduled
-                ],
-            )
-            cas = iter(await self._advanced(conn, scheduled) if scheduled else [])
-            oks = [next(cas) if isinstance(d, Dispatch) else True for d in runs]
-            ids = [d.execution.id for d in runs]
-            existing = {
-                r[0]
-                for r in await conn.execute_fetchall(
-                    f"SELECT id FROM executions WHERE id IN ({', '.join('?' * len(ids))})", ids
+            cas = [
+                (
+                    epoch_ms(d.next_run_at),
+                    to_epoch_ms(d.execution.scheduled_for),
+                    now,
+                    d.execution.status == ExecutionStatus.QUEUED,
+                    to_epoch_ms(d.execution.scheduled_for),
+                    d.execution.job_id,
+                    to_epoch_ms(d.expected_next_run_at),
                 )
-            }
-            await conn.executemany(
-                EXECUTION_INSERT,
-                [execution_row(d.execution) for d, ok in zip(runs, oks, strict=True) if ok],
-            )
-            audits = {
-                d.execution.id: d.audit
+                if isinstance(d, Dispatch)
+                else None
                 for d in runs
-                if isinstance(d, ManualDispatch)
-                and d.audit is not None
-                and d.execution.id not in existing
-            }
-            if audits:
-                await _insert_audit(conn, [audit_record(a, None, None) for a in audits.values()])
-        return [
-            DispatchOutcome(created=ok and d.execution.id not in existing, advanced=ok)
-            for d, ok in zip(runs, oks, strict=True)
-        ]
+            ]
+            rows = [execution_row(d.execution) for d in runs]
+            audits = [
+                audit_row(audit_record(d.audit, None, None))
+                if isinstance(d, ManualDispatch) and d.audit is not None
+                else None
+                for d in runs
+            ]
+        scheduled = [d for d in runs if isinstance(d, Dispatch)]
 
-    @staticmethod
-    async def _advanced(conn: aiosqlite.Connection, runs: Sequence[Dispatch]) -> list[bool]:
-        """Which runs advanced their job (see :func:`store.dispatching.advanced`)."""
-        ids = list({d.execution.job_id for d in runs})
-        rows = await conn.execute_fetchall(
-            f"SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN "
-            f"({', '.join('?' * len(ids))})",
-            ids,
-        )
-        return advanced(runs, {r[0]: (instant(r[1]), instant(r[2])) for r in rows})
+        def work(db: sqlite3.Connection) -> list[DispatchOutcome]:
+            after: dict[str, JobState] = {}
+            for d, params in zip(runs, cas, strict=True):
+                if not isinstance(d, Dispatch) or params is None:
+                    continue
+                if db.execute(ADVANCE, params).rowcount == 1:
+                    after[d.execution.job_id] = (d.execution.scheduled_for, d.next_run_at)
+            missing = list({d.execution.job_id for d in scheduled} - after.keys())
+            for i in range(0, len(missing), 500):
+                chunk = missing[i : i + 500]
+                found = db.execute(
+                    "SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN "
+                    f"({', '.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                after.update((r[0], (instant(r[1]), instant(r[2]))) for r in found)
+            oks = iter(advanced(scheduled, after))
+            outcomes = []
+            for d, row, audit in zip(runs, rows, audits, strict=True):
+                adv = next(oks) if isinstance(d, Dispatch) else True
+                created = adv and db.execute(EXECUTION_INSERT, row).rowcount == 1
+                if created and audit is not None:
+                    db.execute(AUDIT_INSERT, audit)
+                outcomes.append(DispatchOutcome(created=created, advanced=adv))
+            return outcomes
+
+        return await self._in_one_hop(work)
 
     async def apply_events(self, events: Sequence[StatusEvent]) -> int:
+        """See :meth:`core.ports.JobStore.apply_events`: one transaction, one thread hand-off
+        (the rows are built before it, the attempt histories merged inside it)."""
         if not events:
             return 0
         events = [storable_event(ev) for ev in events]
-        async with self._transaction() as conn:
-            before = conn.total_changes
-            await conn.executemany(UPSERT_EVENT, [event_row(ev) for ev in events])
-            changed = conn.total_changes - before
-            # A job summary applies only if its event's rank is the run's rank now, so an event
-            # overtaken by a later one of the same batch (RUNNING, then SUCCEEDED) is skipped.
-            top: dict[str, int] = {}
-            for ev in events:
-                top[ev.execution_id] = max(top.get(ev.execution_id, -1), ev.rank)
-            await conn.executemany(
-                JOB_SUMMARY,
-                [
-                    summary_params(ev)
-                    for ev in events
-                    if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
-                ],
-            )
-            await self._record_attempts(conn, events)
-        return changed
-
-    @staticmethod
-    async def _record_attempts(conn: aiosqlite.Connection, events: Sequence[StatusEvent]) -> None:
-        """Merge the events into their runs' attempt histories (inside the write transaction
-        of :meth:`apply_events`, so no concurrent merge can interleave)."""
+        with _translated():  # a value no row can hold is refused, as when it is bound
+            upserts = [event_row(ev) for ev in events]
+        # A job summary applies only if its event's rank is the run's rank now, so an event
+        # overtaken by a later one of the same batch (RUNNING, then SUCCEEDED) is skipped.
+        top: dict[str, int] = {}
+        for ev in events:
+            top[ev.execution_id] = max(top.get(ev.execution_id, -1), ev.rank)
+        summaries = [
+            summary_params(ev)
+            for ev in events
+            if ev.status != ExecutionStatus.QUEUED and ev.rank == top[ev.execution_id]
+        ]
         by_run: dict[str, list[StatusEvent]] = {}
         for ev in events:
             if observes_attempt(ev):
                 by_run.setdefault(ev.execution_id, []).append(ev)
-        ids = list(by_run)
-        updates: list[tuple[bytes, str]] = []
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            rows = await conn.execute_fetchall(
-                "SELECT id, attempts FROM executions "
-                f"WHERE id IN ({', '.join('?' * len(chunk))}) AND status != ?",
-                [*chunk, NEVER_RAN.value],
-            )
-            for run_id, raw in rows:
-                stored = stored_attempts(run_id, raw)
-                history = record_attempts(stored, by_run[run_id])
-                if history != stored:
-                    updates.append((attempts_column(history), run_id))
-        await conn.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
+
+        def work(db: sqlite3.Connection) -> int:
+            before = db.total_changes
+            db.executemany(UPSERT_EVENT, upserts)
+            changed = db.total_changes - before
+            db.executemany(JOB_SUMMARY, summaries)
+            _record_attempts(db, by_run)
+            return changed
+
+        return await self._in_one_hop(work)
 
     async def prune_executions(
         self, targets: Sequence[PruneTarget], *, limit: int
@@ -568,22 +577,33 @@ class SqliteStore:
         no write lock), then deleted in one write transaction (one fsync) with ``state_rank``
         checked again. Freed pages go to the file's free list and are reused by later inserts,
         so a steady insert-and-prune load keeps the file at its size.
+
+        One statement first counts every target's finished runs (and finds its oldest); a job's
+        own lookups run only where that count passes its ``keep_last`` or that oldest run
+        ended before its ``finished_before`` — after a burst of runs, most jobs keep all they
+        have, and they then cost no statement of their own.
         """
+        stats = await self._finished_stats([t.job_id for t in targets])
         plan: list[tuple[list[str], bool]] = []
         budget = limit
         for t in targets:
+            count, oldest = stats.get(t.job_id, (0, None))
             doomed: list[str] = []
             complete = True
             if t.finished_before is not None and budget > 0:
                 before = to_epoch_ms(t.finished_before)
-                rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
+                rows = []
+                if oldest is not None and oldest < before:
+                    rows = await self._fetch(FINISHED_BEFORE, (t.job_id, before, t.keep_id, budget))
                 doomed += [r[0] for r in rows]
                 complete = len(rows) < budget
             elif t.finished_before is not None:
                 complete = False
             left = budget - len(doomed)
             if t.keep_last is not None and complete:
-                rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
+                rows = []
+                if count > t.keep_last:
+                    rows = await self._fetch(FINISHED_BEYOND, (t.job_id, max(left, 0), t.keep_last))
                 doomed += [r[0] for r in rows if r[0] != t.keep_id]
                 complete = len(rows) < left
             budget -= len(doomed)
@@ -596,6 +616,20 @@ class SqliteStore:
                 deleted = await _delete_finished(conn, doomed)
                 results.append(PruneResult(deleted=deleted, complete=complete))
         return results
+
+    async def _finished_stats(self, job_ids: list[str]) -> dict[str, tuple[int, int | None]]:
+        """Each job's finished runs: how many, and when the oldest ended (epoch ms)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i : i + 500]
+            rows = await self._fetch(
+                "SELECT job_id, COUNT(*), MIN(finished_at) FROM executions "
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND state_rank = 1000000 "
+                "GROUP BY job_id",
+                chunk,
+            )
+            out.update((r[0], (int(r[1]), r[2])) for r in rows)
+        return out
 
     async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:
         rows = await self._fetch(
@@ -732,6 +766,38 @@ class SqliteStore:
         page = Keyset.of(limit, cursor)
         rows = await self._fetch_page("SELECT record FROM audit", where, params, page, "at")
         return page.page(rows, audit_from_row, lambda r: (r.at, r.id))
+
+
+def _transact(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """``work(db)`` in a write transaction (on the connection's thread; see ``_in_one_hop``)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        out = work(db)
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
+    return out
+
+
+def _record_attempts(db: sqlite3.Connection, by_run: dict[str, list[StatusEvent]]) -> None:
+    """Merge each run's attempt-observing events into its attempt history (inside the write
+    transaction of ``apply_events``, so no concurrent merge can interleave)."""
+    ids = list(by_run)
+    updates: list[tuple[bytes, str]] = []
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        rows = db.execute(
+            "SELECT id, attempts FROM executions "
+            f"WHERE id IN ({', '.join('?' * len(chunk))}) AND status != ?",
+            [*chunk, NEVER_RAN.value],
+        ).fetchall()
+        for run_id, raw in rows:
+            stored = stored_attempts(run_id, raw)
+            history = record_attempts(stored, by_run[run_id])
+            if history != stored:
+                updates.append((attempts_column(history), run_id))
+    db.executemany("UPDATE executions SET attempts = ? WHERE id = ?", updates)
 
 
 async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:

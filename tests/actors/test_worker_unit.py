@@ -451,3 +451,40 @@ async def test_a_pull_outage_is_retried_every_second() -> None:
 
         assert await rig.settled(d) == "ack"
         assert rig.last().started_at == at(2)
+
+
+async def test_with_a_running_grace_a_short_run_reports_its_outcome_alone() -> None:
+    async with worker_rig(running_grace_seconds=0.05) as rig:
+        d = rig.deliver(run())
+
+        assert await rig.settled(d) == "ack"
+        assert rig.statuses() == [S.SUCCEEDED]
+        done = rig.last()
+        assert done.started_at == T0 and done.finished_at == T0 and done.attempt == 1
+
+
+async def test_with_a_running_grace_a_short_failed_attempt_reports_retrying_alone() -> None:
+    async with worker_rig(running_grace_seconds=0.05, retry_backoff_seconds=2.0) as rig:
+        d = rig.deliver(run("fail", max_attempts=3))
+
+        assert await rig.settled(d) == "nak"
+        assert rig.statuses() == [S.RETRYING]
+        assert rig.last().started_at == T0
+
+
+async def test_a_run_longer_than_the_grace_reports_running_once_it_passed() -> None:
+    async with worker_rig(running_grace_seconds=0.05) as rig:
+        d = rig.deliver(run("block"))
+        await until(lambda: bool(rig.gate.started))
+        await rig.clock.until_asleep(1)
+        assert rig.statuses() == []  # still within its grace
+        [deadline] = rig.clock.deadlines()
+        assert deadline == T0 + timedelta(seconds=0.05)
+
+        await rig.clock.set(deadline)
+        await until(lambda: rig.statuses() == [S.RUNNING])
+        assert rig.last().at == T0  # the time it started, not when it was reported
+        rig.gate.release.set()
+
+        assert await rig.settled(d) == "ack"
+        assert rig.statuses() == [S.RUNNING, S.SUCCEEDED]

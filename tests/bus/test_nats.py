@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -213,3 +214,78 @@ def test_the_recorder_ack_wait_setting_reaches_the_bus() -> None:
 
     assert bus_config(settings.nats).recorder_ack_wait_seconds == 45.0
     assert bus_config(load_settings({}).nats).recorder_ack_wait_seconds == 30.0
+
+
+def _runs(n: int, tag: str) -> list[RunMessage]:
+    at = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+    return [
+        RunMessage(
+            execution_id=execution_id(f"{tag}-{i}", at),
+            job_id=f"{tag}-{i}",
+            owner="alice",
+            partition=0,
+            task_id="noop",
+            queue="default",
+            scheduled_for=at,
+            published_at=at,
+        )
+        for i in range(n)
+    ]
+
+
+async def _stored_headers(bus: Bus, runs: list[RunMessage]) -> list[dict[str, str]]:
+    out = []
+    for r in runs:
+        msg = await bus.js.get_last_msg(
+            bus.config.work_stream, bus.config.work_subject(r.queue, r.execution_id)
+        )
+        out.append(dict(msg.headers or {}))
+    return out
+
+
+async def test_a_batch_of_runs_is_one_atomic_batch_and_a_repeat_is_stored_once(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """One PubAck for the batch (ADR-50): every run stored with the batch's headers; a batch
+    that repeats stored runs (a re-publish after a lost PubAck, a take-over) is refused as a
+    batch and published one by one, each run stored once."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        await bus.ensure_streams()
+        first = _runs(5, "a")
+        assert await bus.publish_runs(first) == [None] * 5
+        headers = await _stored_headers(bus, first)
+        assert len({h["Nats-Batch-Id"] for h in headers}) == 1
+        assert [h["Nats-Batch-Sequence"] for h in headers] == ["1", "2", "3", "4", "5"]
+
+        again = [*first[3:], *_runs(2, "b")]
+        assert await bus.publish_runs(again) == [None] * 4
+        info = await bus.js.stream_info(bus.config.work_stream)
+        assert info.state.messages == 7
+        assert bus._atomic
+    finally:
+        await bus.close()
+
+
+async def test_a_stream_without_atomic_batches_is_published_to_one_by_one(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """A work stream created without ``allow_atomic`` (an older deployment's, not updated):
+    the first batch is refused and published one by one, and later ones are not tried."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        await bus.ensure_streams()
+        cfg = await bus.js.stream_info(bus.config.work_stream)
+        await bus.js.delete_stream(bus.config.work_stream)
+        await bus.js.add_stream(dataclasses.replace(cfg.config, allow_atomic=False))
+        runs = _runs(4, "c")
+        assert await bus.publish_runs(runs) == [None] * 4
+        assert not bus._atomic
+        assert all("Nats-Batch-Id" not in h for h in await _stored_headers(bus, runs))
+        assert await bus.publish_runs(_runs(3, "d")) == [None] * 3
+        info = await bus.js.stream_info(bus.config.work_stream)
+        assert info.state.messages == 7
+    finally:
+        await bus.close()

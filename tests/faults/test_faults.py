@@ -246,8 +246,11 @@ async def test_7_losing_the_work_stream_loses_no_run(
         try:
             js = nc.jetstream()
             stream = f"{prefix.upper()}_WORK"
-            info = await js.stream_info(stream)
-            assert info.state.messages == len(jobs)
+            # a run is recorded before it is published: wait until the stream holds them all
+            async with asyncio.timeout(10):
+                while (await js.stream_info(stream)).state.messages < len(jobs):
+                    await asyncio.sleep(0.05)
+            assert (await js.stream_info(stream)).state.messages == len(jobs)
             if how == "purge":
                 await js.purge_stream(stream)
             else:
