@@ -500,7 +500,7 @@ class MongoStore:
         """See :meth:`core.ports.JobStore.dispatch`. Without a transaction, in four steps:
 
         1. insert every execution (unordered; a duplicate key means it existed: not created),
-           and the audit entry of each manual run inserted now;
+           and for each manual run inserted now its audit entry and its job's ``runCount``;
         2. compare-and-set every job of a scheduled run, in order, in one bulk write;
         3. read the jobs back: a run is ``advanced`` when its job now points past it
            (``lastScheduledFor`` = its scheduled time and ``nextRunAt`` = the Dispatch's
@@ -523,6 +523,14 @@ class MongoStore:
         }
         for entry in audits.values():
             await self._append_audit(audit_record(entry, None, None))
+        counted = [
+            UpdateOne({ID: d.execution.job_id}, {"$inc": {"runCount": 1}})
+            for d, new in zip(runs, inserted, strict=True)
+            if new and isinstance(d, ManualDispatch)
+        ]
+        if counted:
+            with translated("count manual runs"):
+                await self._jobs.bulk_write(counted, ordered=False)
         scheduled = [d for d in runs if isinstance(d, Dispatch)]
         cas: list[bool] = []
         if scheduled:

@@ -215,3 +215,6 @@ UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count +
     last_dispatched_for = CASE WHEN ? THEN ? ELSE last_dispatched_for END
 WHERE id = ? AND next_run_at = ?
 """
+
+COUNT_RUN = "UPDATE jobs SET run_count = run_count + 1 WHERE id = ?"
+"""A manual run recorded: it counts like a scheduled one (the job is not advanced)."""

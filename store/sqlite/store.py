@@ -60,6 +60,7 @@ from store.sqlite.rows import (
 from store.sqlite.schema import (
     ADVANCE,
     AUDIT_INSERT,
+    COUNT_RUN,
     DEAD_LETTER_INSERT,
     EXECUTION_COLUMNS,
     EXECUTION_INSERT,
@@ -477,8 +478,8 @@ class SqliteStore:
         earlier try of this batch that committed, advanced it) is read, to see whether it
         points past the run anyway (:func:`store.dispatching.advanced`). A
         :class:`ManualDispatch` has no compare-and-set: its run is inserted unless it exists,
-        with its audit entry only then. An insert's row count says whether the record was
-        created now.
+        and only then counted in its job's ``run_count`` and audited. An insert's row count
+        says whether the record was created now.
         """
         if not runs:
             return []
@@ -528,6 +529,8 @@ class SqliteStore:
             for d, row, audit in zip(runs, rows, audits, strict=True):
                 adv = next(oks) if isinstance(d, Dispatch) else True
                 created = adv and db.execute(EXECUTION_INSERT, row).rowcount == 1
+                if created and isinstance(d, ManualDispatch):
+                    db.execute(COUNT_RUN, (d.execution.job_id,))
                 if created and audit is not None:
                     db.execute(AUDIT_INSERT, audit)
                 outcomes.append(DispatchOutcome(created=created, advanced=adv))

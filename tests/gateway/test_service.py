@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from core.access import Principal, Role
@@ -119,7 +120,8 @@ async def test_trigger_dispatches_a_manual_run_as_a_scheduled_one_is_dispatched(
         T0 + timedelta(seconds=5),
     )
     assert await rig.store.get_execution(run.id) == run
-    assert await rig.store.get_job("alice", before.id) == before  # the schedule is left alone
+    after = await rig.store.get_job("alice", before.id)  # counted; the schedule is left alone
+    assert after == msgspec.structs.replace(before, run_count=before.run_count + 1)
     [queued] = rig.run_events()
     assert (queued.execution_id, queued.status, queued.attempt) == (run.id, run.status, 0)
     [published] = rig.bus.published

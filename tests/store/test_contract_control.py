@@ -12,6 +12,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from core.errors import Conflict, JobNotFound
@@ -722,7 +723,7 @@ async def test_a_skipped_record_is_final(store: JobStore) -> None:
 # --- dispatch of manual runs --------------------------------------------------------------------
 
 
-async def test_a_manual_dispatch_records_the_run_and_leaves_the_schedule_alone(
+async def test_a_manual_dispatch_records_and_counts_the_run_and_leaves_the_schedule_alone(
     store: JobStore,
 ) -> None:
     job = make_job("job-1", next_run_at=at(5))
@@ -738,7 +739,9 @@ async def test_a_manual_dispatch_records_the_run_and_leaves_the_schedule_alone(
 
     assert await store.get_execution(run.id) == run
     assert (await store.list_executions(OWNER, "job-1", limit=5, cursor=None)).items == [run]
-    assert await store.get_job(OWNER, "job-1") == job  # nextRunAt, runCount… as they were
+    after = await store.get_job(OWNER, "job-1")
+    assert after.run_count == job.run_count + 1  # counted once, for the repeat too
+    assert msgspec.structs.replace(after, run_count=job.run_count) == job  # nextRunAt… as they were
     assert [j.id for j in await store.due_jobs({0}, at(5), limit=5)] == ["job-1"]
     assert await store.stale_executions({0}, at(1000), limit=5) == [run]
 
@@ -759,7 +762,7 @@ async def test_a_manual_dispatch_beside_a_chain_of_scheduled_runs_breaks_no_link
     assert await store.dispatch(batch) == [DispatchOutcome(created=True, advanced=True)] * 3
 
     after = await store.get_job(OWNER, "job-1")
-    assert (after.next_run_at, after.last_scheduled_for, after.run_count) == (at(3), at(2), 2)
+    assert (after.next_run_at, after.last_scheduled_for, after.run_count) == (at(3), at(2), 3)
     assert after.last_dispatched_for == at(2)
     assert {e.id for e in await store.get_executions([first.id, second.id, manual.id])} == {
         first.id,
@@ -785,7 +788,8 @@ async def test_a_manual_run_is_kept_when_a_scheduled_run_of_its_batch_is_not(
         DispatchOutcome(created=True, advanced=True),
     ]
     assert await store.get_executions([late.id, manual.id]) == [manual]
-    assert await store.get_job(OWNER, "job-1") == job
+    after = await store.get_job(OWNER, "job-1")
+    assert after == msgspec.structs.replace(job, run_count=job.run_count + 1)  # the manual run
 
 
 # --- the job summary of a paused or cancelled job ------------------------------------------------
