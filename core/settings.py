@@ -335,7 +335,7 @@ class WorkerConfig(Section, frozen=True, kw_only=True):
     data_dir: str = "./data"
     drain_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     secrets_dir: str = ""
-    http_allowed_networks: str = ""
+    http_allowed_networks: tuple[str, ...] = ()
     running_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.0
 
     def __post_init__(self) -> None:
@@ -419,9 +419,9 @@ class GatewayConfig(Section, frozen=True, kw_only=True):
     ws_replay_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
     ws_replay_events_per_second: Annotated[float, msgspec.Meta(ge=0)] = 5000.0
     quotas: Quotas = msgspec.field(default_factory=Quotas)
-    cors_allowed_origins: str = ""
-    cors_allowed_methods: str = "GET,POST,PATCH,DELETE"
-    cors_allowed_headers: str = "Authorization,Content-Type,Idempotency-Key"
+    cors_allowed_origins: tuple[str, ...] = ()
+    cors_allowed_methods: tuple[str, ...] = ("GET", "POST", "PATCH", "DELETE")
+    cors_allowed_headers: tuple[str, ...] = ("Authorization", "Content-Type", "Idempotency-Key")
 
 
 ENV: dict[str, tuple[str, ...]] = {
@@ -505,7 +505,15 @@ ENV: dict[str, tuple[str, ...]] = {
 """Every ``JOBSCHED_<NAME>`` variable (keyed by ``<NAME>``) and the settings fields it sets, as
 dotted paths from :class:`Settings`. A variable of several fields sets each to its value."""
 
-LISTS = frozenset({"QUEUES"})
+LISTS = frozenset(
+    {
+        "QUEUES",
+        "HTTP_ALLOWED_NETWORKS",
+        "CORS_ALLOWED_ORIGINS",
+        "CORS_ALLOWED_METHODS",
+        "CORS_ALLOWED_HEADERS",
+    }
+)
 """Variables holding a comma-separated list (empty items dropped)."""
 
 

@@ -33,17 +33,16 @@ def is_preflight(request: web.Request) -> bool:
 def enable_cors(app: web.Application, config: GatewayConfig) -> None:
     """Answer preflights and mark responses for the allowed origins, on every route of ``app``
     (call it after the routes are added). Nothing when no origin is allowed."""
-    origins = _split(config.cors_allowed_origins)
-    if not origins:
+    if not config.cors_allowed_origins:
         return
     options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
         allow_credentials=False,
         expose_headers=EXPOSED_HEADERS,
-        allow_headers=_split(config.cors_allowed_headers),
-        allow_methods=_split(config.cors_allowed_methods),
+        allow_headers=config.cors_allowed_headers,
+        allow_methods=config.cors_allowed_methods,
         max_age=MAX_AGE_S,
     )
-    cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(origins, options))
+    cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(config.cors_allowed_origins, options))
     for route in list(app.router.routes()):
         if route.method != hdrs.METH_OPTIONS:
             cors.add(route)
@@ -55,7 +54,3 @@ async def _vary_on_origin(request: web.Request, response: web.StreamResponse) ->
     if hdrs.ACCESS_CONTROL_ALLOW_ORIGIN in response.headers:
         vary = response.headers.get(hdrs.VARY)
         response.headers[hdrs.VARY] = f"{vary}, Origin" if vary else "Origin"
-
-
-def _split(text: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in text.split(",") if item.strip())

@@ -24,7 +24,7 @@ APP = "https://app.example.com"
 EVIL = "https://evil.example.net"
 
 
-async def serve(tmp_path: Path, **cors: str) -> AsyncIterator[str]:
+async def serve(tmp_path: Path, **cors: tuple[str, ...]) -> AsyncIterator[str]:
     store = SqliteStore(tmp_path / "cors.db")
     await store.open()
     config = msgspec.structs.replace(GatewayConfig(auth_secret=TEST_SECRET, partitions=8), **cors)
@@ -40,7 +40,7 @@ async def serve(tmp_path: Path, **cors: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def allowed(tmp_path: Path) -> AsyncIterator[str]:
-    async for url in serve(tmp_path, cors_allowed_origins=f"{APP}, https://other.example.com"):
+    async for url in serve(tmp_path, cors_allowed_origins=(APP, "https://other.example.com")):
         yield url
 
 
@@ -116,8 +116,8 @@ async def test_no_origin_is_allowed_by_default(closed: str) -> None:
 
 def test_the_settings_reach_the_gateway() -> None:
     settings = load_settings(
-        {"JOBSCHED_CORS_ALLOWED_ORIGINS": APP, "JOBSCHED_CORS_ALLOWED_METHODS": "GET"}
+        {"JOBSCHED_CORS_ALLOWED_ORIGINS": f"{APP}, {EVIL}", "JOBSCHED_CORS_ALLOWED_METHODS": "GET"}
     )
-    assert settings.gateway.cors_allowed_origins == APP
-    assert settings.gateway.cors_allowed_methods == "GET"
-    assert load_settings({}).gateway.cors_allowed_origins == ""
+    assert settings.gateway.cors_allowed_origins == (APP, EVIL)
+    assert settings.gateway.cors_allowed_methods == ("GET",)
+    assert load_settings({}).gateway.cors_allowed_origins == ()
