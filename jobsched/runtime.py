@@ -140,7 +140,7 @@ def bus_config(
             (:func:`bus.tls.client_context`).
     """
     return BusConfig(
-        servers=[s.strip() for s in servers.split(",") if s.strip()] if servers else nats.servers,
+        servers=(msgspec.structs.replace(nats, url=servers) if servers else nats).servers,
         prefix=nats.subject_prefix,
         ack_wait_seconds=nats.ack_wait_seconds,
         recorder_ack_wait_seconds=nats.recorder_ack_wait_seconds,
