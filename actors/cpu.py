@@ -57,12 +57,12 @@ class CpuPool:
         self._pool: ProcessPool | None = None
 
     async def run(
-        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
+        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_seconds: float
     ) -> Any:
-        """Run ``spec`` in a child process; terminate it after ``timeout_s`` seconds.
+        """Run ``spec`` in a child process; terminate it after ``timeout_seconds`` seconds.
 
         Raises:
-            CpuTaskTimeout: after ``timeout_s`` seconds (the child is terminated).
+            CpuTaskTimeout: after ``timeout_seconds`` seconds (the child is terminated).
             Exception: whatever the task raised.
         """
         if self._pool is None:
@@ -77,12 +77,14 @@ class CpuPool:
                 msgspec.json.encode(params),
                 msgspec.json.encode(ctx),
             ),
-            timeout=timeout_s,
+            timeout=timeout_seconds,
         )
         try:
             raw = await asyncio.wrap_future(future)
         except FutureTimeout:
-            raise CpuTaskTimeout(f"cpu task ran past its timeout of {timeout_s:g} s") from None
+            raise CpuTaskTimeout(
+                f"cpu task ran past its timeout of {timeout_seconds:g} s"
+            ) from None
         except (asyncio.CancelledError, FutureCancelled):
             future.cancel()  # type: ignore[no-untyped-call]
             raise

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 VALIDITY = 0.75
 
-CLUSTER_MIN_TTL_S = 15.0
+CLUSTER_MIN_TTL_SECONDS = 15.0
 """Shortest lease TTL against a clustered NATS (seconds).
 
 Killing the node that leads the lease bucket's stream left it unwritable for 4.2 to 7.0 s in 10
@@ -104,7 +104,7 @@ class LeaseOwnership:
         member: this scheduler's id (unique per process).
         partitions: number of partitions (N).
         ttl_seconds: lease TTL (seconds); renewals every ``ttl_seconds / 3``.
-        round_s: how often free partitions are looked for (seconds).
+        round_seconds: how often free partitions are looked for (seconds).
         metrics: where fenced and lost leases are counted (``jobsched_lease_losses_total``);
             default: a registry of its own.
         clock: what the pause between rounds is measured on (a fake one in tests).
@@ -119,7 +119,7 @@ class LeaseOwnership:
         partitions: int,
         *,
         ttl_seconds: float,
-        round_s: float = 1.0,
+        round_seconds: float = 1.0,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -130,7 +130,7 @@ class LeaseOwnership:
         self.member = member
         self.partitions = partitions
         self.ttl_seconds = ttl_seconds
-        self.round_s = min(round_s, ttl_seconds / 3)
+        self.round_seconds = min(round_seconds, ttl_seconds / 3)
         self._leases: dict[int, _Lease] = {}
         self._stop = asyncio.Event()
         self.members = 1
@@ -156,7 +156,7 @@ class LeaseOwnership:
                 except BusUnavailable as e:
                     log.warning("leases of %s: %s", self.member, e)
                 self._expire(on_lost)
-                next_round = self._clock.now() + timedelta(seconds=self.round_s)
+                next_round = self._clock.now() + timedelta(seconds=self.round_seconds)
                 await self._clock.sleep_until(next_round, self._stop)
         finally:
             await self._release_all(on_lost)

@@ -49,7 +49,7 @@ UNRECORDED = frozenset({ExecutionStatus.QUEUED, ExecutionStatus.SKIPPED})
 
 Entry = tuple[Delivery, StatusEvent]
 
-FETCH_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+FETCH_RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
 """A failed fetch (NATS unreachable) is tried again every second."""
 
 
@@ -88,8 +88,10 @@ class Recorder:
         self.bus = bus
         self.store = store
         self.batch = batch
-        max_pause_s = min(5.0, ack_wait_seconds / 3)
-        self._store_retry = RetryPolicy(first_s=min(0.2, max_pause_s), max_s=max_pause_s)
+        max_pause_seconds = min(5.0, ack_wait_seconds / 3)
+        self._store_retry = RetryPolicy(
+            first_seconds=min(0.2, max_pause_seconds), max_seconds=max_pause_seconds
+        )
         self.name = "recorder"
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -112,7 +114,7 @@ class Recorder:
             while not self._stopping.is_set():
                 raise_if_cancelling()
                 try:
-                    deliveries = await consumer.fetch(self.batch, timeout_s=1.0)
+                    deliveries = await consumer.fetch(self.batch, timeout_seconds=1.0)
                 except ConsumerMissing as e:
                     log.warning("recorder: %s; re-creating it", e)
                     with contextlib.suppress(BusUnavailable):

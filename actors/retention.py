@@ -10,11 +10,11 @@ schedulers do not prune the same jobs. It works two ways:
   it) and by the scheduler itself for the SKIPPED records it writes. The pruner wakes, looks the
   marked jobs up and prunes them, up to ``jobs_per_step`` jobs and ``batch`` runs per store call.
   Marks coalesce: a job that finished ten runs while waiting is pruned once.
-- **The sweep** (the safety net). Every ``sweep_interval_s`` it walks every job of its
+- **The sweep** (the safety net). Every ``sweep_interval_seconds`` it walks every job of its
   partitions, a page at a time, and prunes each: the age rule for jobs without new runs (a
   paused or ended job's history still ages out), and whatever a lost notice, a failover or an
   upgrade left behind. A partition it gains is swept as soon as it notices (within
-  ``ownership_check_s``).
+  ``ownership_check_seconds``).
 
 Work is bounded: one store call deletes at most ``batch`` runs, and a job that had more to
 delete (a backlog after an upgrade, a lowered limit) stays marked, so it is pruned again at the

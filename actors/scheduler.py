@@ -132,8 +132,8 @@ class Scheduler:
         """Schedule until :meth:`stop`. Store and NATS outages are retried, never fatal.
 
         On a clean stop the runs already recorded are published at their due times (at most
-        ``prepare_ahead_s + drain_s``) before the partitions are handed back, so a rolling
-        restart delays no run.
+        ``prepare_ahead_seconds + drain_seconds``) before the partitions are handed back, so a
+        rolling restart delays no run.
         """
         sub = await self.bus.subscribe_notices(self._on_notice)
         finished = await self.bus.subscribe_finished(self._on_finished)
@@ -194,7 +194,7 @@ class Scheduler:
     async def _publisher(self) -> None:
         """Publish prepared runs at their due time, apart from the store work of the main loop.
 
-        Preparing a run (store reads and writes) happens up to ``prepare_ahead_s`` early in
+        Preparing a run (store reads and writes) happens up to ``prepare_ahead_seconds`` early in
         :meth:`_loop`; this task only waits for the earliest prepared run and publishes, so a
         slow store write never delays a run that is already due.
         """
@@ -215,7 +215,7 @@ class Scheduler:
                 return
             if state.unpublished:  # a publish failed: retry after the delay, not at once
                 self._prepared_changed.clear()
-            deadline = state.publish_deadline(self.clock.now(), RETRY.delay_s(1))
+            deadline = state.publish_deadline(self.clock.now(), RETRY.delay_seconds(1))
             await self.clock.sleep_until(deadline, self._prepared_changed)
             self._prepared_changed.clear()
 
@@ -261,7 +261,7 @@ class Scheduler:
     async def _take_over(self, partitions: frozenset[int]) -> None:
         """Publish the runs that a partition's previous owner recorded and may not have sent.
 
-        A scheduler records a run (QUEUED) up to ``prepare_ahead_s`` before its due time and
+        A scheduler records a run (QUEUED) up to ``prepare_ahead_seconds`` before its due time and
         publishes it then; one that died in between left the record without a message. Every
         QUEUED run of ``partitions`` recorded within half the duplicate window is published
         again at its due time under its execution id: if the first publish did happen,
@@ -495,5 +495,5 @@ class Scheduler:
         await self._publish(resend.messages)
 
 
-RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
 """After a store or NATS outage the scheduler tries again every second."""

@@ -46,12 +46,12 @@ from core.values import storable_event
 log = logging.getLogger(__name__)
 
 
-PULL_RETRY = RetryPolicy(first_s=1.0, max_s=1.0)
+PULL_RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
 """A failed pull (NATS unreachable) is tried again every second."""
-RETRY_AFTER_MAX_S = 3600.0
-"""The longest a task's :class:`core.tasks.TaskError` ``retry_after_s`` (an HTTP ``Retry-After``)
-delays the next attempt (seconds): a target cannot park a run for days."""
-REPORT_RETRY = RetryPolicy(first_s=0.1, max_s=5.0)
+RETRY_AFTER_MAX_SECONDS = 3600.0
+"""The longest a task's :class:`core.tasks.TaskError` ``retry_after_seconds`` (an HTTP
+``Retry-After``) delays the next attempt (seconds): a target cannot park a run for days."""
+REPORT_RETRY = RetryPolicy(first_seconds=0.1, max_seconds=5.0)
 """A status report is published until it is stored: after 0.1 s, then twice as long each time
 up to 5 s, for as long as it takes (never cut short by a stop: the transition must reach the
 store)."""
@@ -167,7 +167,7 @@ class Worker:
                 await self._freed.wait()
                 continue
             try:
-                deliveries = await consumer.fetch(free, timeout_s=1.0)
+                deliveries = await consumer.fetch(free, timeout_seconds=1.0)
             except ConsumerMissing as e:
                 log.warning("%s: %s; re-creating it", self.name, e)
                 await self._recreate(queue, backoff)
@@ -343,15 +343,15 @@ class Worker:
         )
 
     async def _execute(
-        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
+        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_seconds: float
     ) -> Any:
         """Run the task in a child task that a cancellation marker can cancel.
 
         Raises:
             RunCancelled: a marker cancelled the run (job cancelled or deleted, run replaced).
-            TimeoutError: the task ran past ``timeout_s`` seconds.
+            TimeoutError: the task ran past ``timeout_seconds`` seconds.
         """
-        call = asyncio.ensure_future(self._call(spec, params, ctx, timeout_s))
+        call = asyncio.ensure_future(self._call(spec, params, ctx, timeout_seconds))
         self._executing[ctx.idempotency_key] = (ctx.job_id, call)
         try:
             return await call
@@ -366,16 +366,16 @@ class Worker:
             self._cancel_requested.discard(ctx.idempotency_key)
 
     async def _call(
-        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_s: float
+        self, spec: TaskSpec, params: msgspec.Struct, ctx: TaskContext, timeout_seconds: float
     ) -> Any:
         if spec.kind == "cpu":
             async with self._cpu_slots:
-                return await self._cpu.run(spec, params, ctx, timeout_s)
+                return await self._cpu.run(spec, params, ctx, timeout_seconds)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 return await spec.fn(params, ctx)
         except TimeoutError as e:
-            raise TimeoutError(f"task ran past its timeout of {timeout_s:g} s") from e
+            raise TimeoutError(f"task ran past its timeout of {timeout_seconds:g} s") from e
 
     def _on_marker(self, job_id: str | None, key: str | None) -> None:
         """A cancellation marker appeared: cancel the matching runs executing here."""
@@ -410,11 +410,11 @@ class Worker:
         if retryable and attempt < run.max_attempts:
             delay = retry_delay(
                 attempt,
-                base_s=self.config.retry_backoff_seconds,
-                max_s=self.config.retry_backoff_max_seconds,
+                base_seconds=self.config.retry_backoff_seconds,
+                max_seconds=self.config.retry_backoff_max_seconds,
             )
-            if isinstance(e, TaskError) and e.retry_after_s is not None:
-                delay = max(delay, min(e.retry_after_s, RETRY_AFTER_MAX_S))
+            if isinstance(e, TaskError) and e.retry_after_seconds is not None:
+                delay = max(delay, min(e.retry_after_seconds, RETRY_AFTER_MAX_SECONDS))
             await self._report(
                 msgspec.structs.replace(
                     base,
@@ -573,7 +573,7 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-async def _shielded(coro: Any, timeout_s: float) -> None:
+async def _shielded(coro: Any, timeout_seconds: float) -> None:
     with contextlib.suppress(BusUnavailable, TimeoutError):
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             await asyncio.shield(coro)

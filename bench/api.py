@@ -22,14 +22,14 @@ from bench.common import (
     Layout,
     Profiler,
     add_common_args,
-    fmt_s,
+    fmt_seconds,
     save_results,
     table,
     verdict,
 )
 
 TARGET_POST_RATE = 1500
-TARGET_POST_P99_S = 0.050
+TARGET_POST_P99_SECONDS = 0.050
 
 
 async def load(d: Deployment, mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -64,7 +64,7 @@ async def load(d: Deployment, mode: str, args: argparse.Namespace) -> dict[str, 
     if proc.returncode != 0:
         raise RuntimeError(f"api_load {mode} failed with {proc.returncode}")
     res: dict[str, Any] = json.loads(out)
-    res["cpu_s"] = cpu
+    res["cpu_seconds"] = cpu
     res["cpu_util"] = {k: v / meter.wall for k, v in cpu.items()}
     return res
 
@@ -81,17 +81,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         lat = r["latency"]
         v = "-"
         if r["mode"] == "post":
-            ok_rate = verdict(r["rate_per_s"], TARGET_POST_RATE, higher_is_better=True)
-            ok_p99 = verdict(lat["p99"] or float("nan"), TARGET_POST_P99_S)
+            ok_rate = verdict(r["rate_per_second"], TARGET_POST_RATE, higher_is_better=True)
+            ok_p99 = verdict(lat["p99"] or float("nan"), TARGET_POST_P99_SECONDS)
             v = f"rate {ok_rate}, p99 {ok_p99}"
         rows.append(
             [
                 names[r["mode"]],
                 r["concurrency"],
-                f"{r['rate_per_s']:,.0f}",
-                fmt_s(lat["p50"]),
-                fmt_s(lat["p99"]),
-                fmt_s(lat["max"]),
+                f"{r['rate_per_second']:,.0f}",
+                fmt_seconds(lat["p50"]),
+                fmt_seconds(lat["p99"]),
+                fmt_seconds(lat["max"]),
                 sum(r["errors"].values()),
                 v,
                 ", ".join(f"{k} {100 * u:.0f}%" for k, u in r["cpu_util"].items()),
@@ -111,7 +111,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "p99",
                 "max",
                 "errors",
-                f"target (>= {TARGET_POST_RATE}/s, p99 <= {TARGET_POST_P99_S * 1000:g} ms)",
+                f"target (>= {TARGET_POST_RATE}/s, p99 <= {TARGET_POST_P99_SECONDS * 1000:g} ms)",
                 "CPU use (100% = one core)",
             ],
             rows,

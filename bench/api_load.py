@@ -88,9 +88,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     return {
         "mode": args.mode,
         "concurrency": args.concurrency,
-        "duration_s": elapsed,
+        "duration_seconds": elapsed,
         "requests": len(lat),
-        "rate_per_s": len(lat) / elapsed,
+        "rate_per_second": len(lat) / elapsed,
         "latency": Summary.of(lat).as_dict(),
         "errors": errors,
     }

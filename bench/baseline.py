@@ -119,17 +119,17 @@ async def measure_raw_nats(
                 duplicate_window=120.0,
             )
         )
-        pub_s = await _publish(pjs, "raw.a", messages, payload, pending, "a")
-        con_s = await _consume(sjs, "raw.a", "ca", messages, batch)
+        pub_seconds = await _publish(pjs, "raw.a", messages, payload, pending, "a")
+        con_seconds = await _consume(sjs, "raw.a", "ca", messages, batch)
         consumer = asyncio.create_task(_consume(sjs, "raw.b", "cb", messages, batch))
         await asyncio.sleep(0.2)
         await messages_meter.start()
         t0 = time.perf_counter()
         await _publish(pjs, "raw.b", messages, payload, pending, "b")
         await consumer
-        pipe_s = time.perf_counter() - t0
+        pipe_seconds = time.perf_counter() - t0
         pipe_in, pipe_out = await messages_meter.stop()
-        serial_s = await _serial(pjs, "raw.c", serial, payload) if serial else 0.0
+        serial_seconds = await _serial(pjs, "raw.c", serial, payload) if serial else 0.0
         await pub_nc.close()
         await sub_nc.close()
     finally:
@@ -139,11 +139,11 @@ async def measure_raw_nats(
         "messages": messages,
         "size": size,
         "sync_interval": sync_interval,
-        "publish_per_s": messages / pub_s,
-        "consume_ack_per_s": messages / con_s,
-        "pipeline_per_s": messages / pipe_s,
+        "publish_per_second": messages / pub_seconds,
+        "consume_ack_per_second": messages / con_seconds,
+        "pipeline_per_second": messages / pipe_seconds,
         "pipeline_msgs_per_message": (pipe_in + pipe_out) / messages,
-        "serial_per_s": serial / serial_s if serial else None,
+        "serial_per_second": serial / serial_seconds if serial else None,
     }
 
 
@@ -182,10 +182,10 @@ def main() -> None:
         "sync_interval"
     )
     rows = [
-        ("publish_async pipelined, all PubAcks", "publish_per_s"),
-        ("pull fetch + explicit ack", "consume_ack_per_s"),
-        ("publish and consume+ack at once (one process)", "pipeline_per_s"),
-        (f"publish one at a time, {args.serial:,} (each awaits its PubAck)", "serial_per_s"),
+        ("publish_async pipelined, all PubAcks", "publish_per_second"),
+        ("pull fetch + explicit ack", "consume_ack_per_second"),
+        ("publish and consume+ack at once (one process)", "pipeline_per_second"),
+        (f"publish one at a time, {args.serial:,} (each awaits its PubAck)", "serial_per_second"),
     ]
     print(
         table(

@@ -30,7 +30,7 @@ from bench.common import (
     WorkObserver,
     add_common_args,
     calibrate_submit_rate,
-    fmt_s,
+    fmt_seconds,
     once_body,
     post_jobs,
     save_results,
@@ -39,7 +39,7 @@ from bench.common import (
     wait_until_wall,
 )
 
-TARGETS_S = {20_000: 10.0, 5_000: 1.0}
+TARGETS_SECONDS = {20_000: 10.0, 5_000: 1.0}
 
 
 async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +67,7 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         async with WorkObserver(d.nats_url) as obs:
             await wait_until_wall(due)
             meter.start()
-            prof.start(d.python_pids(), args.profile_s)
+            prof.start(d.python_pids(), args.profile_seconds)
             reader = StoreReader(d.store_path)
             try:
                 deadline = time.monotonic() + args.timeout
@@ -100,38 +100,38 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         "layout": layout.label,
         "jobs": n,
         "submitted": res.ok,
-        "submit_rate_per_s": res.rate,
-        "submit_overrun_s": overrun,
-        "all_published_s": last([r.published_at for r in runs]),
-        "all_in_stream_s": last([arrivals.get(r.id) for r in runs]),
-        "all_started_s": last([r.started_at for r in runs]),
-        "all_finished_s": last([r.finished_at for r in runs]),
-        "all_succeeded_in_store_s": all_recorded,
+        "submit_rate_per_second": res.rate,
+        "submit_overrun_seconds": overrun,
+        "all_published_seconds": last([r.published_at for r in runs]),
+        "all_in_stream_seconds": last([arrivals.get(r.id) for r in runs]),
+        "all_started_seconds": last([r.started_at for r in runs]),
+        "all_finished_seconds": last([r.finished_at for r in runs]),
+        "all_succeeded_in_store_seconds": all_recorded,
         "start_delay": Summary.of(starts).as_dict(),
-        "cpu_s": cpu,
+        "cpu_seconds": cpu,
     }
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
     rows = []
     for r in results:
-        target = TARGETS_S.get(r["jobs"])
-        v = verdict(r["all_started_s"], target) if target else "-"
+        target = TARGETS_SECONDS.get(r["jobs"])
+        v = verdict(r["all_started_seconds"], target) if target else "-"
         rows.append(
             [
                 r["layout"],
                 f"{r['jobs']:,}",
-                f"{r['submit_rate_per_s']:.0f}",
-                fmt_s(r["all_published_s"]),
-                fmt_s(r["all_in_stream_s"]),
-                fmt_s(
+                f"{r['submit_rate_per_second']:.0f}",
+                fmt_seconds(r["all_published_seconds"]),
+                fmt_seconds(r["all_in_stream_seconds"]),
+                fmt_seconds(
                     r["start_delay"]["p50"] if r["start_delay"]["p50"] is not None else float("nan")
                 ),
-                fmt_s(r["all_started_s"]),
-                fmt_s(r["all_finished_s"]),
-                fmt_s(r["all_succeeded_in_store_s"]),
+                fmt_seconds(r["all_started_seconds"]),
+                fmt_seconds(r["all_finished_seconds"]),
+                fmt_seconds(r["all_succeeded_in_store_seconds"]),
                 f"{v} (<= {target:g} s)" if target else "-",
-                ", ".join(f"{k} {c:.1f}" for k, c in r["cpu_s"].items()),
+                ", ".join(f"{k} {c:.1f}" for k, c in r["cpu_seconds"].items()),
             ]
         )
     print(

@@ -115,7 +115,7 @@ def _jsonable(v: float) -> Any:
     return round(v, 6)
 
 
-def fmt_s(seconds: float) -> str:
+def fmt_seconds(seconds: float) -> str:
     """A duration for a table: ms below 10 s, else seconds; ``never`` for inf, ``-`` for NaN."""
     if math.isnan(seconds):
         return "-"
@@ -425,10 +425,10 @@ class Deployment:
             self._inproc_task.result()
             raise RuntimeError("the in-process stack stopped")
 
-    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+    async def wait_ready(self, timeout_seconds: float = 60.0) -> None:
         """Until /readyz answers 200, every worker has a pull request waiting, and (optionally)
         a warm-up job ran end to end."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_seconds
         async with aiohttp.ClientSession() as s:
             while True:
                 self._check_alive()
@@ -441,7 +441,7 @@ class Deployment:
                 await asyncio.sleep(0.1)
         await self._wait_workers(deadline)
         if self.warmup:
-            await self.run_warmup(timeout_s=max(5.0, deadline - time.monotonic()))
+            await self.run_warmup(timeout_seconds=max(5.0, deadline - time.monotonic()))
 
     async def _wait_workers(self, deadline: float) -> None:
         import nats  # noqa: PLC0415
@@ -462,14 +462,14 @@ class Deployment:
         finally:
             await nc.close()
 
-    async def run_warmup(self, timeout_s: float = 30.0) -> None:
+    async def run_warmup(self, timeout_seconds: float = 30.0) -> None:
         async with aiohttp.ClientSession(headers=self.headers) as s:
             async with s.post(self.url + "/jobs", data=b'{"taskId": "noop"}') as r:
                 body = await r.read()
                 if r.status != 201:
                     raise RuntimeError(f"warm-up POST answered {r.status}: {body[:300]!r}")
                 job_id = msgspec.json.decode(body, type=JobId).id
-            deadline = time.monotonic() + timeout_s
+            deadline = time.monotonic() + timeout_seconds
             while time.monotonic() < deadline:
                 self._check_alive()
                 async with s.get(f"{self.url}/jobs/{job_id}") as r:
@@ -608,10 +608,10 @@ def once_body(at: datetime, task: str = "noop") -> bytes:
     )
 
 
-def interval_body(every_s: float, task: str = "noop") -> bytes:
+def interval_body(every_seconds: float, task: str = "noop") -> bytes:
     return b'{"taskId":"%s","schedule":{"type":"interval","everySeconds":%s}}' % (
         task.encode(),
-        repr(every_s).encode(),
+        repr(every_seconds).encode(),
     )
 
 
@@ -621,9 +621,9 @@ IMMEDIATE_BODY = b'{"taskId":"noop"}'
 @dataclass
 class SubmitResult:
     ids: list[str | None]
-    latencies_s: list[float]
+    latencies_seconds: list[float]
     errors: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
+    elapsed_seconds: float = 0.0
     started_wall: float = 0.0
     ended_wall: float = 0.0
 
@@ -633,7 +633,7 @@ class SubmitResult:
 
     @property
     def rate(self) -> float:
-        return self.ok / self.elapsed_s if self.elapsed_s > 0 else float("nan")
+        return self.ok / self.elapsed_seconds if self.elapsed_seconds > 0 else float("nan")
 
 
 async def post_jobs(
@@ -642,11 +642,12 @@ async def post_jobs(
     bodies: Sequence[bytes],
     *,
     concurrency: int = 50,
-    spacing_s: float = 0.0,
+    spacing_seconds: float = 0.0,
 ) -> SubmitResult:
     """POST every body to /jobs with ``concurrency`` requests in flight; keeps order of ``bodies``.
 
-    With ``spacing_s``, body i is not sent before ``start + i * spacing_s`` (paced submission).
+    With ``spacing_seconds``, body i is not sent before ``start + i * spacing_seconds`` (paced
+    submission).
     """
     ids: list[str | None] = [None] * len(bodies)
     lat: list[float] = [0.0] * len(bodies)
@@ -661,8 +662,8 @@ async def post_jobs(
         while next_i < len(bodies):
             i = next_i
             next_i += 1
-            if spacing_s:
-                wait = start + i * spacing_s - time.perf_counter()
+            if spacing_seconds:
+                wait = start + i * spacing_seconds - time.perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
             t0 = time.perf_counter()
@@ -764,21 +765,21 @@ def seed_jobs(path: Path, jobs: Sequence[Job]) -> None:
         conn.close()
 
 
-def interval_jobs(n: int, period_s: float, first_at: float, partitions: int) -> list[Job]:
-    """``n`` interval noop jobs of ``period_s`` whose first runs are spread evenly over one period
-    from epoch second ``first_at`` (each "created" one period before its first run)."""
+def interval_jobs(n: int, period_seconds: float, first_at: float, partitions: int) -> list[Job]:
+    """``n`` interval noop jobs of ``period_seconds`` whose first runs are spread evenly over one
+    period from epoch second ``first_at`` (each "created" one period before its first run)."""
     out = []
     for i in range(n):
-        first = datetime.fromtimestamp(first_at + i * period_s / n, UTC)
+        first = datetime.fromtimestamp(first_at + i * period_seconds / n, UTC)
         first = first.replace(microsecond=first.microsecond - first.microsecond % 1000)
-        created = first - timedelta(seconds=period_s)
+        created = first - timedelta(seconds=period_seconds)
         job_id = new_job_id()
         out.append(
             Job(
                 id=job_id,
                 owner="bench",
                 task_id="noop",
-                schedule=IntervalSchedule(every_seconds=period_s),
+                schedule=IntervalSchedule(every_seconds=period_seconds),
                 status=JobStatus.SCHEDULED,
                 partition=partition_of(job_id, partitions),
                 created_at=created,
@@ -923,7 +924,7 @@ class Profiler:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.files: list[Path] = []
 
-    def start(self, pids: dict[str, int], duration_s: float) -> None:
+    def start(self, pids: dict[str, int], duration_seconds: float) -> None:
         if self.out_dir is None:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -932,7 +933,14 @@ class Profiler:
                 continue
             out = self.out_dir / f"{self.label}-{name}.txt".replace(" ", "_").replace("/", "_")
             self.files.append(out)
-            cmd = [self.py_spy, "record", "--pid", str(pid), "--duration", str(int(duration_s))]
+            cmd = [
+                self.py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(int(duration_seconds)),
+            ]
             cmd += ["--rate", "100", "--format", "raw", "-o", str(out)]
             if self.idle:
                 cmd.append("--idle")

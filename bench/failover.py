@@ -11,7 +11,7 @@ through, it crashes one part:
   (lease TTL :attr:`core.settings.Settings.lease_ttl_seconds`);
 * ``nats-leader`` — SIGKILL of the nats-server node that leads the lease bucket and the work
   stream of a 3-node cluster (R3), forcing JetStream leader elections, with the lease TTL at
-  the cluster minimum (:data:`actors.ownership.CLUSTER_MIN_TTL_S`).
+  the cluster minimum (:data:`actors.ownership.CLUSTER_MIN_TTL_SECONDS`).
 
 It waits until every job succeeded and prints, per run and over all runs, the delay
 (``scheduledFor`` → ``startedAt``) of every run due after the crash (p50/p99/max), the failover
@@ -33,7 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from actors.ownership import CLUSTER_MIN_TTL_S
+from actors.ownership import CLUSTER_MIN_TTL_SECONDS
 from bench.common import NO_QUOTAS, percentile, tail
 from core.settings import Settings, load_settings
 from jobsched.natsserver import NatsServer, find_nats_server
@@ -61,7 +61,7 @@ async def nats_for(scenario: str, tmp: Path) -> AsyncIterator[NatsServer | NatsC
 def settings_for(scenario: str, tmp: Path, url: str, args: argparse.Namespace) -> Settings:
     extra: dict[str, Any] = {}
     if scenario == "nats-leader":
-        extra = {"stream_replicas": 3, "lease_ttl_seconds": CLUSTER_MIN_TTL_S}
+        extra = {"stream_replicas": 3, "lease_ttl_seconds": CLUSTER_MIN_TTL_SECONDS}
     if args.lease_ttl:
         extra["lease_ttl_seconds"] = args.lease_ttl
     return load_settings(
@@ -98,13 +98,13 @@ async def one_run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[st
                 c.start("scheduler", "s2")
                 c.start("worker", "w1")
                 ttl = settings.scheduler.lease_ttl_seconds
-                await c.wait_balanced({"s1", "s2"}, timeout_s=4 * ttl + 30)
+                await c.wait_balanced({"s1", "s2"}, timeout_seconds=4 * ttl + 30)
                 start = now() + timedelta(seconds=3)
-                jobs = await c.create_once_jobs(args.jobs, start, spread_s=args.spread)
+                jobs = await c.create_once_jobs(args.jobs, start, spread_seconds=args.spread)
                 half = start + timedelta(seconds=args.spread / 2)
                 await asyncio.sleep(max(0.0, (half - now()).total_seconds()))
                 killed_at = await crash(scenario, c, nats)
-                runs = await c.wait_succeeded(jobs, timeout_s=args.spread + 6 * ttl + 60)
+                runs = await c.wait_succeeded(jobs, timeout_seconds=args.spread + 6 * ttl + 60)
                 logs = "".join(child.output() for child in c.children.values())
             except Exception:
                 for name, child in c.children.items():

@@ -33,7 +33,7 @@ from bench.common import (
     Summary,
     add_common_args,
     delays,
-    fmt_s,
+    fmt_seconds,
     once_body,
     post_jobs,
     save_results,
@@ -43,7 +43,7 @@ from bench.common import (
 IMMEDIATE = b'{"taskId":"noop"}'
 
 
-async def sequential_immediate(d: Deployment, n: int, poll_s: float) -> dict[str, Any]:
+async def sequential_immediate(d: Deployment, n: int, poll_seconds: float) -> dict[str, Any]:
     id_dec = msgspec.json.Decoder(JobId)
     st_dec = msgspec.json.Decoder(JobStatusOnly)
     sent_wall: dict[str, float] = {}
@@ -69,7 +69,7 @@ async def sequential_immediate(d: Deployment, n: int, poll_s: float) -> dict[str
                     break
                 if status == "FAILED" or time.perf_counter() > deadline:
                     raise RuntimeError(f"job {job_id} is {status}")
-                await asyncio.sleep(poll_s)
+                await asyncio.sleep(poll_seconds)
     reader = StoreReader(d.store_path)
     try:
         runs = reader.runs_of(list(sent_wall))
@@ -92,9 +92,9 @@ async def sequential_immediate(d: Deployment, n: int, poll_s: float) -> dict[str
     }
 
 
-async def once_jobs(d: Deployment, n: int, span_s: float) -> dict[str, Any]:
+async def once_jobs(d: Deployment, n: int, span_seconds: float) -> dict[str, Any]:
     now = datetime.now(UTC)
-    ats = [now + timedelta(seconds=2 + (span_s * i / max(1, n - 1))) for i in range(n)]
+    ats = [now + timedelta(seconds=2 + (span_seconds * i / max(1, n - 1))) for i in range(n)]
     res = await post_jobs(d.url, d.token, [once_body(a) for a in ats], concurrency=20)
     if res.errors:
         raise RuntimeError(f"{len(res.errors)} POST errors, e.g. {res.errors[0]}")
@@ -144,7 +144,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "execute_at_to_finished": "once: executeAt -> finishedAt",
     }
     for key, s in [*seq.items(), *once.items()]:
-        rows.append([labels[key], s.n, fmt_s(s.p50), fmt_s(s.p90), fmt_s(s.max)])
+        rows.append([labels[key], s.n, fmt_seconds(s.p50), fmt_seconds(s.p90), fmt_seconds(s.max)])
     print(
         f"\nlatency — layout {layout.label}; {args.jobs} sequential immediate noop jobs, "
         f"{args.once_jobs} once jobs due 2-{2 + args.once_spread:g} s ahead"

@@ -65,7 +65,9 @@ def spec_template() -> tuple[bytes, bytes]:
     return spec, spec[spec.index(marker) : end]
 
 
-def build_store(path: Path, jobs: int, near: int, near_window_s: float, start_ms: int) -> float:
+def build_store(
+    path: Path, jobs: int, near: int, near_window_seconds: float, start_ms: int
+) -> float:
     """Insert the jobs; returns seconds taken."""
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,7 @@ def build_store(path: Path, jobs: int, near: int, near_window_s: float, start_ms
         for i in range(lo, hi):
             jid = os.urandom(16).hex()
             if i < near:
-                at = start_ms + 2000 + int(rnd.random() * near_window_s * 1000)
+                at = start_ms + 2000 + int(rnd.random() * near_window_seconds * 1000)
             else:
                 at = start_ms + hour_ms + int(rnd.random() * (month_ms - hour_ms))
             iso = datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23]
@@ -134,14 +136,14 @@ async def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
     try:
         d.start_nats()
         start_ms = int(time.time() * 1000)
-        build_s = (
+        build_seconds = (
             build_store(d.store_path, jobs, min(args.near, jobs), args.near_window, start_ms)
             if jobs
             else 0.0
         )
         if jobs:
             print(
-                f"  inserted {jobs:,} jobs in {build_s:.1f} s "
+                f"  inserted {jobs:,} jobs in {build_seconds:.1f} s "
                 f"({d.store_path.stat().st_size / 2**20:.0f} MiB)",
                 file=sys.stderr,
             )
@@ -159,11 +161,11 @@ async def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         return {
             "jobs": jobs,
             "near": min(args.near, jobs),
-            "build_s": build_s,
+            "build_seconds": build_seconds,
             "rss_final": rss,
             "rss_peak": hwm,
             "rss_at_5s": next((r for t, r in samples if t >= 5), rss),
-            "cpu_s": cpu,
+            "cpu_seconds": cpu,
             "samples": samples[::4],
         }
     finally:
@@ -183,7 +185,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             f"{r['rss_at_5s'] / mib:,.0f} MiB",
             f"{r['rss_final'] / mib:,.0f} MiB",
             f"{r['rss_peak'] / mib:,.0f} MiB",
-            f"{r['cpu_s']:.1f}",
+            f"{r['cpu_seconds']:.1f}",
             verdict(r["rss_peak"], TARGET_RSS) if r["jobs"] else "-",
         ]
         for r in results

@@ -41,7 +41,7 @@ from bench.common import (
     add_common_args,
     delays,
     fmt_num,
-    fmt_s,
+    fmt_seconds,
     interval_jobs,
     save_results,
     seed_jobs,
@@ -134,11 +134,12 @@ async def run_one(noisy: bool, args: argparse.Namespace) -> dict[str, Any]:
                 s.close()
     st = res["_start"]
     print(
-        f"  -> start p50 {fmt_s(st.p50)} p99 {fmt_s(st.p99)} max {fmt_s(st.max)}, "
+        f"  -> start p50 {fmt_seconds(st.p50)} p99 {fmt_seconds(st.p99)} "
+        f"max {fmt_seconds(st.max)}, "
         f"skipped {res['skipped']}, lease losses {fmt_num(res['lease_losses'])}",
         file=sys.stderr,
     )
-    return {"run": label, "clients": len(socks), "cpu_s": cpu, **res}
+    return {"run": label, "clients": len(socks), "cpu_seconds": cpu, **res}
 
 
 async def collect(d: Deployment, *, jobs_t0: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -191,14 +192,14 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
                 f"{r['clients']:,}",
                 f"{r['started_runs']:,}/{r['expected_runs']:,}",
                 f"{r['skipped']:,}",
-                fmt_s(st.p50),
-                fmt_s(st.p99),
-                fmt_s(st.max),
+                fmt_seconds(st.p50),
+                fmt_seconds(st.p99),
+                fmt_seconds(st.max),
                 fmt_num(r["lease_losses"]),
                 lost,
                 f"{r['nats_slow_consumer_cuts']:,}",
                 fmt_num(r["ws_4008_closes"]),
-                ", ".join(f"{n} {c:.1f}" for n, c in r["cpu_s"].items()),
+                ", ".join(f"{n} {c:.1f}" for n, c in r["cpu_seconds"].items()),
             ]
         )
     headers = [

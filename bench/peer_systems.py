@@ -28,7 +28,7 @@ from typing import Any
 from bench.common import REPO, free_port, tail
 from bench.peer_tasks import (
     ARQ_MAX_JOBS,
-    ARQ_POLL_DELAY_S,
+    ARQ_POLL_DELAY_SECONDS,
     CELERY_WORKER_ARGS,
     TASKIQ_BUCKET,
     celery_app,
@@ -65,7 +65,7 @@ class Peer:
     modules: tuple[str, ...] = ()
     """Import names the peer needs (else :meth:`missing` says which)."""
     needs_redis = False
-    submits_per_s = 1000.0
+    submits_per_second = 1000.0
     """A rough submission rate, only to choose how far ahead the jobs are due."""
 
     def __init__(self, root: Path, log: Path) -> None:
@@ -212,7 +212,7 @@ class APSchedulerPeer(Peer):
 class APSchedulerMemory(APSchedulerPeer):
     name = "APScheduler 4 in memory"
     durable = "no"
-    submits_per_s = 3000.0
+    submits_per_second = 3000.0
 
     def data_store(self) -> Any:
         from apscheduler.datastores.memory import MemoryDataStore  # noqa: PLC0415
@@ -228,7 +228,7 @@ class APSchedulerSQLite(APSchedulerPeer):
     durable = "yes"
     dists = ("APScheduler", "SQLAlchemy", "aiosqlite")
     modules = ("apscheduler", "sqlalchemy", "aiosqlite")
-    submits_per_s = 150.0
+    submits_per_second = 150.0
 
     def data_store(self) -> Any:
         from apscheduler.datastores.sqlalchemy import SQLAlchemyDataStore  # noqa: PLC0415
@@ -247,7 +247,7 @@ class CeleryPeer(Peer):
     dists = ("celery", "kombu", "redis")
     modules = ("celery", "redis")
     needs_redis = True
-    submits_per_s = 1000.0
+    submits_per_second = 1000.0
 
     def config(self) -> str:
         return (
@@ -278,11 +278,11 @@ class ArqPeer(Peer):
     dists = ("arq", "redis")
     modules = ("arq", "redis")
     needs_redis = True
-    submits_per_s = 1500.0
+    submits_per_second = 1500.0
 
     def config(self) -> str:
         return (
-            f"one worker process, poll_delay {ARQ_POLL_DELAY_S} s, max_jobs {ARQ_MAX_JOBS}, "
+            f"one worker process, poll_delay {ARQ_POLL_DELAY_SECONDS} s, max_jobs {ARQ_MAX_JOBS}, "
             f"keep_result 0; Redis " + shlex.join(REDIS_ARGS)
         )
 
@@ -310,7 +310,7 @@ class TaskiqPeer(Peer):
     durable = "yes"
     dists = ("taskiq", "taskiq-nats")
     modules = ("taskiq", "taskiq_nats")
-    submits_per_s = 1000.0
+    submits_per_second = 1000.0
 
     def config(self) -> str:
         return (

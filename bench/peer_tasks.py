@@ -20,7 +20,7 @@ import os
 import time
 from typing import IO, Any
 
-ARQ_POLL_DELAY_S = 0.05
+ARQ_POLL_DELAY_SECONDS = 0.05
 """arq's ``poll_delay`` (its default 0.5 s would put half a second on every start)."""
 ARQ_MAX_JOBS = 1000
 """arq's ``max_jobs`` (concurrent jobs per worker; its default is 10)."""
@@ -67,7 +67,7 @@ async def run_arq_worker(redis_url: str) -> None:
     worker = Worker(
         functions=[func(arq_noop, name="noop")],
         redis_settings=RedisSettings.from_dsn(redis_url),
-        poll_delay=ARQ_POLL_DELAY_S,
+        poll_delay=ARQ_POLL_DELAY_SECONDS,
         max_jobs=ARQ_MAX_JOBS,
         keep_result=0,
     )

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import run_burst
-from bench.common import Layout, Summary, fmt_s, save_results, table, verdict
+from bench.common import Layout, Summary, fmt_seconds, save_results, table, verdict
 from bench.peer_systems import PEERS, Peer
 from bench.sustained import parse_common, run_one
 
-TARGET_BURST_S = 1.0
-TARGET_STEADY_P99_S = 0.005
+TARGET_BURST_SECONDS = 1.0
+TARGET_STEADY_P99_SECONDS = 0.005
 WARMUP_DUE = -1.0
 """The due time the warm-up job carries, so its record is told apart."""
 
@@ -100,12 +100,12 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
             warm = await wait_records(log, 1, time.monotonic() + 60, peer)
             if not warm:
                 raise RuntimeError(f"{peer.name}: the warm-up job did not run within 60 s")
-            lead = args.lead or 2.0 + w.size / peer.submits_per_s
+            lead = args.lead or 2.0 + w.size / peer.submits_per_second
             t0 = math.ceil(time.time() + lead)
             dues = w.dues(t0)
             s0 = time.perf_counter()
             await peer.submit(dues)
-            submit_s = time.perf_counter() - s0
+            submit_seconds = time.perf_counter() - s0
             overrun = time.time() - t0
             if overrun > 0:
                 print(
@@ -124,12 +124,12 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
             shutil.rmtree(root, ignore_errors=True)
     late = lateness(recs, len(dues))
     return {
-        "submit_s": submit_s,
-        "submit_rate_per_s": len(dues) / submit_s if submit_s else math.nan,
-        "submit_overrun_s": max(0.0, overrun),
+        "submit_seconds": submit_seconds,
+        "submit_rate_per_second": len(dues) / submit_seconds if submit_seconds else math.nan,
+        "submit_overrun_seconds": max(0.0, overrun),
         "jobs": len(dues),
         "started": sum(1 for x in late if x != math.inf),
-        "all_started_s": max(late, default=math.nan),
+        "all_started_seconds": max(late, default=math.nan),
         "_start": Summary.of(late),
     }
 
@@ -170,20 +170,20 @@ def summarize(
         "durable": durable,
         "versions": versions,
         "config": config,
-        "submits_per_s": median(
+        "submits_per_second": median(
             [
-                r["submission"]["submit_rate_per_s"]
+                r["submission"]["submit_rate_per_second"]
                 if "submission" in r
-                else r["submit_rate_per_s"]
+                else r["submit_rate_per_second"]
                 for r in [*bursts, *steadies]
             ]
         ),
-        "burst_all_started_s": median([b["all_started_s"] for b in bursts]),
-        "steady_p50_s": median([s["_start"].p50 for s in steadies]),
-        "steady_p99_s": median([s["_start"].p99 for s in steadies]),
-        "steady_max_s": median([s["_start"].max for s in steadies]),
-        "burst_runs_s": [b["all_started_s"] for b in bursts],
-        "steady_p99_runs_s": [s["_start"].p99 for s in steadies],
+        "burst_all_started_seconds": median([b["all_started_seconds"] for b in bursts]),
+        "steady_p50_seconds": median([s["_start"].p50 for s in steadies]),
+        "steady_p99_seconds": median([s["_start"].p99 for s in steadies]),
+        "steady_max_seconds": median([s["_start"].max for s in steadies]),
+        "burst_runs_seconds": [b["all_started_seconds"] for b in bursts],
+        "steady_p99_runs_seconds": [s["_start"].p99 for s in steadies],
     }
 
 
@@ -217,13 +217,17 @@ def print_table(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> 
         [
             r["name"],
             r["durable"],
-            f"{r['submits_per_s']:,.0f}",
-            fmt_s(r["burst_all_started_s"]),
-            verdict(r["burst_all_started_s"], TARGET_BURST_S) if is_ours(r, burst_target) else "",
-            fmt_s(r["steady_p50_s"]),
-            fmt_s(r["steady_p99_s"]),
-            fmt_s(r["steady_max_s"]),
-            verdict(r["steady_p99_s"], TARGET_STEADY_P99_S) if is_ours(r, steady_target) else "",
+            f"{r['submits_per_second']:,.0f}",
+            fmt_seconds(r["burst_all_started_seconds"]),
+            verdict(r["burst_all_started_seconds"], TARGET_BURST_SECONDS)
+            if is_ours(r, burst_target)
+            else "",
+            fmt_seconds(r["steady_p50_seconds"]),
+            fmt_seconds(r["steady_p99_seconds"]),
+            fmt_seconds(r["steady_max_seconds"]),
+            verdict(r["steady_p99_seconds"], TARGET_STEADY_P99_SECONDS)
+            if is_ours(r, steady_target)
+            else "",
         ]
         for r in results
     ]
@@ -232,21 +236,21 @@ def print_table(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> 
         "durable?",
         "submits/s",
         "burst: all started",
-        f"<= {TARGET_BURST_S:g} s",
+        f"<= {TARGET_BURST_SECONDS:g} s",
         "steady p50",
         "steady p99",
         "steady max",
-        f"p99 <= {TARGET_STEADY_P99_S * 1000:g} ms",
+        f"p99 <= {TARGET_STEADY_P99_SECONDS * 1000:g} ms",
     ]
     print(table(headers, rows))
     for r in results:
         print(
             f"  {r['name']}: "
             + "; ".join(
-                f"{label} " + ", ".join(fmt_s(x) for x in r[key])
+                f"{label} " + ", ".join(fmt_seconds(x) for x in r[key])
                 for label, key in (
-                    ("burst runs", "burst_runs_s"),
-                    ("steady p99 runs", "steady_p99_runs_s"),
+                    ("burst runs", "burst_runs_seconds"),
+                    ("steady p99 runs", "steady_p99_runs_seconds"),
                 )
                 if r[key]
             )

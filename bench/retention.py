@@ -42,7 +42,7 @@ from bench.common import (
 
 @dataclass(frozen=True)
 class Sample:
-    at_s: float
+    at_seconds: float
     runs: int
     records: int
     unfinished: int
@@ -52,7 +52,7 @@ class Sample:
     page_size: int
 
 
-def sample(path: Path, job_id: str, at_s: float) -> Sample:
+def sample(path: Path, job_id: str, at_seconds: float) -> Sample:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         runs = conn.execute("SELECT run_count FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -67,7 +67,7 @@ def sample(path: Path, job_id: str, at_s: float) -> Sample:
         conn.close()
     wal = path.with_name(path.name + "-wal")
     return Sample(
-        at_s=at_s,
+        at_seconds=at_seconds,
         runs=runs[0] if runs else 0,
         records=records,
         unfinished=unfinished,
@@ -78,10 +78,10 @@ def sample(path: Path, job_id: str, at_s: float) -> Sample:
     )
 
 
-async def create_job(d: Deployment, every_s: float) -> str:
+async def create_job(d: Deployment, every_seconds: float) -> str:
     async with (
         aiohttp.ClientSession(headers=d.headers) as s,
-        s.post(d.url + "/jobs", data=interval_body(every_s)) as r,
+        s.post(d.url + "/jobs", data=interval_body(every_seconds)) as r,
     ):
         body = await r.read()
         if r.status != 201:
@@ -118,8 +118,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 break
             await asyncio.sleep(min(0.5, max(0.0, next_at - now)))
     return {
-        "every_s": args.every,
-        "duration_s": args.duration,
+        "every_seconds": args.every,
+        "duration_seconds": args.duration,
         "keep": keep,
         "samples": [asdict(s) for s in samples],
     }
@@ -129,7 +129,7 @@ def report(result: dict[str, Any]) -> str:
     samples = [Sample(**s) for s in result["samples"]]
     rows = [
         (
-            f"{s.at_s:.0f}",
+            f"{s.at_seconds:.0f}",
             s.runs,
             s.records,
             s.unfinished,
@@ -141,12 +141,13 @@ def report(result: dict[str, Any]) -> str:
     ]
     keep = result["keep"] or "no limit"
     head = (
-        f"one interval job every {result['every_s']:g} s for {result['duration_s']:g} s, "
+        f"one interval job every {result['every_seconds']:g} s "
+        f"for {result['duration_seconds']:g} s, "
         f"JOBSCHED_HISTORY_LIMIT={result['keep']} (keep: {keep})"
     )
     headers = ["t (s)", "runs", "records", "unfinished", "db KiB", "wal KiB", "free pages"]
     out = [head, table(headers, rows)]
-    half = [s for s in samples if s.at_s >= samples[-1].at_s / 2]
+    half = [s for s in samples if s.at_seconds >= samples[-1].at_seconds / 2]
     if len(half) >= 2:
         grew = half[-1].db_bytes - half[0].db_bytes
         worst = max(s.records - s.unfinished for s in samples)

@@ -45,7 +45,7 @@ from bench.common import (
     calibrate_submit_rate,
     delays,
     fmt_num,
-    fmt_s,
+    fmt_seconds,
     interval_body,
     interval_jobs,
     once_body,
@@ -61,8 +61,8 @@ from core.settings import Settings, load_settings
 
 PARTITIONS = 64  # the product default; the deployments do not change it
 TARGET_RATE = 2000
-TARGET_P99_S = 0.100
-TARGET_MAX_S = 2.0
+TARGET_P99_SECONDS = 0.100
+TARGET_MAX_SECONDS = 2.0
 
 
 def expected_interval_runs(
@@ -71,23 +71,23 @@ def expected_interval_runs(
     """Occurrences c + m*period (m >= 1) of jobs created at ``created_ms`` inside [a, b): the
     total and the count due in each second of the window (how even the load is)."""
     total = 0
-    per_s = [0] * max(1, math.ceil((b_ms - a_ms) / 1000))
+    per_seconds = [0] * max(1, math.ceil((b_ms - a_ms) / 1000))
     for c in created_ms:
         first = max(1, math.ceil((a_ms - c) / period_ms))
         last = (b_ms - 1 - c) // period_ms
         for m in range(first, last + 1):
             total += 1
-            per_s[(c + m * period_ms - a_ms) // 1000] += 1
-    return total, per_s
+            per_seconds[(c + m * period_ms - a_ms) // 1000] += 1
+    return total, per_seconds
 
 
 async def submit_workload(
-    d: Deployment, workload: str, rate: float, duration_s: float, args: argparse.Namespace
+    d: Deployment, workload: str, rate: float, duration_seconds: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Submit the jobs; returns the window start ``t0`` (epoch s) and submission figures."""
     calib = await calibrate_submit_rate(d, concurrency=args.concurrency)
     if workload == "once":
-        n = int(rate * duration_s)
+        n = int(rate * duration_seconds)
         lead = n / (0.85 * calib) + 3.0
         t0 = math.ceil(time.time() + lead)
         bodies = [once_body(datetime.fromtimestamp(t0 + i / rate, UTC)) for i in range(n)]
@@ -103,7 +103,7 @@ async def submit_workload(
             d.token,
             [interval_body(float(args.period))] * n,
             concurrency=args.concurrency,
-            spacing_s=laps / rate,
+            spacing_seconds=laps / rate,
         )
         t0 = math.ceil(time.time() + 1.0)
     overrun = res.ended_wall - t0
@@ -118,19 +118,21 @@ async def submit_workload(
     return {
         "t0": t0,
         "jobs": n,
-        "submit_s": res.elapsed_s,
+        "submit_seconds": res.elapsed_seconds,
         "submitted": res.ok,
         "submit_errors": len(res.errors),
-        "submit_rate_per_s": res.rate,
-        "calibration_rate_per_s": calib,
-        "submit_overrun_s": overrun,
+        "submit_rate_per_second": res.rate,
+        "calibration_rate_per_second": calib,
+        "submit_overrun_seconds": overrun,
     }
 
 
-async def drain(reader: StoreReader, a_ms: int, b_ms: int, expected: int, limit_s: float) -> None:
+async def drain(
+    reader: StoreReader, a_ms: int, b_ms: int, expected: int, limit_seconds: float
+) -> None:
     """Wait until every run due in [a, b) is recorded finished, no progress for 10 s, or
-    ``limit_s`` passed."""
-    deadline = time.monotonic() + limit_s
+    ``limit_seconds`` passed."""
+    deadline = time.monotonic() + limit_seconds
     last, still = -1, time.monotonic()
     while time.monotonic() < deadline:
         done = reader.count(
@@ -149,7 +151,7 @@ async def measure_window(
     d: Deployment,
     workload: str,
     rate: float,
-    duration_s: float,
+    duration_seconds: float,
     t0: float,
     args: argparse.Namespace,
     label: str,
@@ -165,21 +167,21 @@ async def measure_window(
         meter.start()
         await messages.start()
         observed0 = len(obs.seen)
-        prof.start(d.python_pids(), duration_s)
-        await wait_until_wall(t0 + duration_s)
+        prof.start(d.python_pids(), duration_seconds)
+        await wait_until_wall(t0 + duration_seconds)
         cpu = meter.stop()
         wall = meter.wall
         received, sent = await messages.stop()
         sent -= len(obs.seen) - observed0  # the run messages forwarded to this benchmark
-        a_ms, b_ms = int(t0 * 1000), int((t0 + duration_s) * 1000)
+        a_ms, b_ms = int(t0 * 1000), int((t0 + duration_seconds) * 1000)
         reader = StoreReader(d.store_path)
         try:
             if workload == "once":
-                expected = int(rate * duration_s)
-                due_per_s = [int(rate)]
+                expected = int(rate * duration_seconds)
+                due_per_second = [int(rate)]
             else:
                 created = reader.jobs_created("CAST(spec AS TEXT) LIKE '%\"interval\"%'")
-                expected, due_per_s = expected_interval_runs(
+                expected, due_per_second = expected_interval_runs(
                     created, int(args.period * 1000), a_ms, b_ms
                 )
             await drain(reader, a_ms, b_ms, expected, args.drain)
@@ -226,19 +228,19 @@ async def measure_window(
     per_run = succeeded_in_window or float("nan")
     return {
         "expected_runs": expected,
-        "due_per_s_min": min(due_per_s),
-        "due_per_s_max": max(due_per_s),
+        "due_per_s_min": min(due_per_second),
+        "due_per_s_max": max(due_per_second),
         "dispatched_runs": len(runs),
         "started_runs": sum(1 for r in runs if r.started_at is not None),
         "succeeded_runs": sum(1 for r in runs if r.status == "SUCCEEDED"),
         "skipped_runs": skipped,
         "succeeded_in_window": succeeded_in_window,
-        "throughput_per_s": succeeded_in_window / duration_s,
+        "throughput_per_second": succeeded_in_window / duration_seconds,
         "sched_to_publish": pub.as_dict(),
         "sched_to_stream": in_stream.as_dict(),
         "sched_to_start": start.as_dict(),
         "sched_to_finish": fin.as_dict(),
-        "cpu_s": cpu,
+        "cpu_seconds": cpu,
         "cpu_s_per_1000_runs": cpu_per_k,
         "cpu_util": {n: c / wall for n, c in cpu.items()},
         "nats_msgs_in": received,
@@ -287,7 +289,7 @@ async def run_one(
                 "t0": first_at + args.period,
                 "jobs": int(rate * args.period),
                 "submitted": int(rate * args.period),
-                "submit_rate_per_s": float("nan"),
+                "submit_rate_per_second": float("nan"),
                 "seeded_in_store": True,
             }
             if time.time() > first_at:
@@ -296,7 +298,7 @@ async def run_one(
                 )
         else:
             sub = await submit_workload(d, workload, rate, args.duration, args)
-        how = "inserted into the store" if seeded else f"at {sub['submit_rate_per_s']:.0f}/s"
+        how = "inserted into the store" if seeded else f"at {sub['submit_rate_per_second']:.0f}/s"
         print(
             f"  submitted {sub['submitted']:,} jobs {how}; "
             f"window starts in {sub['t0'] - time.time():.1f} s",
@@ -310,9 +312,9 @@ async def run_one(
             file=sys.stderr,
         )
     print(
-        f"  -> done {res['throughput_per_s']:,.0f}/s, started {res['started_runs']:,}/"
-        f"{res['expected_runs']:,}, start p50 {fmt_s(st.p50)} p99 {fmt_s(st.p99)} "
-        f"max {fmt_s(st.max)}, NATS msgs/run {res['nats_msgs_per_run']:.1f}, CPU s/1k runs "
+        f"  -> done {res['throughput_per_second']:,.0f}/s, started {res['started_runs']:,}/"
+        f"{res['expected_runs']:,}, start p50 {fmt_seconds(st.p50)} p99 {fmt_seconds(st.p99)} "
+        f"max {fmt_seconds(st.max)}, NATS msgs/run {res['nats_msgs_per_run']:.1f}, CPU s/1k runs "
         + ", ".join(f"{n} {c:.2f}" for n, c in res["cpu_s_per_1000_runs"].items()),
         file=sys.stderr,
     )
@@ -320,7 +322,7 @@ async def run_one(
         "layout": layout.label,
         "workload": workload,
         "rate": rate,
-        "duration_s": args.duration,
+        "duration_seconds": args.duration,
         "submission": sub,
         **res,
     }
@@ -334,9 +336,10 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
         v = "-"
         if applies:
             ok = (
-                verdict(r["throughput_per_s"], 0.99 * r["rate"], higher_is_better=True) == "PASS"
-                and verdict(st.p99, TARGET_P99_S) == "PASS"
-                and verdict(st.max, TARGET_MAX_S) == "PASS"
+                verdict(r["throughput_per_second"], 0.99 * r["rate"], higher_is_better=True)
+                == "PASS"
+                and verdict(st.p99, TARGET_P99_SECONDS) == "PASS"
+                and verdict(st.max, TARGET_MAX_SECONDS) == "PASS"
             )
             v = "PASS" if ok else "MISS"
         cpu = ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_s_per_1000_runs"].items())
@@ -344,24 +347,24 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             r["layout"],
             r["workload"],
             fmt_num(r["rate"]),
-            fmt_num(r["throughput_per_s"]),
+            fmt_num(r["throughput_per_second"]),
             f"{r['started_runs']:,}/{r['expected_runs']:,}",
             f"{r.get('skipped_runs', 0):,}",
-            fmt_s(pub.p50),
-            fmt_s(pub.p99),
-            fmt_s(pub.max),
-            fmt_s(ins.p99),
-            fmt_s(ins.max),
-            fmt_s(st.p50),
-            fmt_s(st.p99),
-            fmt_s(st.max),
+            fmt_seconds(pub.p50),
+            fmt_seconds(pub.p99),
+            fmt_seconds(pub.max),
+            fmt_seconds(ins.p99),
+            fmt_seconds(ins.max),
+            fmt_seconds(st.p50),
+            fmt_seconds(st.p99),
+            fmt_seconds(st.max),
             v,
             _msgs_per_run(r),
             cpu,
             ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_ms_per_run_drained"].items()),
         ]
         if raw:
-            row.insert(4, f"{100 * r['throughput_per_s'] / raw['pipeline_per_s']:.1f} %")
+            row.insert(4, f"{100 * r['throughput_per_second'] / raw['pipeline_per_second']:.1f} %")
         rows.append(row)
     headers = [
         "layout",
@@ -388,7 +391,8 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
     print(table(headers, rows))
     print(
         f"target (rows with due/s >= {TARGET_RATE}): done/s >= 99 % of due/s, "
-        f"schedule-to-start p99 <= {TARGET_P99_S * 1000:.0f} ms and max <= {TARGET_MAX_S:g} s. "
+        f"schedule-to-start p99 <= {TARGET_P99_SECONDS * 1000:.0f} ms "
+        f"and max <= {TARGET_MAX_SECONDS:g} s. "
         "pub = scheduledFor -> publishedAt (store; taken when the scheduler "
         "begins the batch), stream = scheduledFor -> run message seen on NATS, start = "
         "scheduledFor -> startedAt. skipped = occurrences due in the window recorded SKIPPED "
@@ -489,7 +493,7 @@ async def raw_baseline() -> dict[str, Any]:
     from bench.baseline import measure_raw_nats  # noqa: PLC0415
 
     raw = await measure_raw_nats()
-    print(f"raw NATS: {raw['pipeline_per_s']:,.0f} msg/s publish+consume+ack", file=sys.stderr)
+    print(f"raw NATS: {raw['pipeline_per_second']:,.0f} msg/s publish+consume+ack", file=sys.stderr)
     return raw
 
 

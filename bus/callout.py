@@ -84,7 +84,7 @@ ALGORITHM = "ed25519-nkey"
 JWT_VERSION = 2
 MAX_TOKEN_BYTES = 1024 * 1024
 """Largest JWT decoded (nats-io/jwt's ``MaxTokenSize``)."""
-CLOCK_SKEW_S = 5
+CLOCK_SKEW_SECONDS = 5
 """Tolerance of the request's ``exp`` and ``nbf`` (seconds) for clocks that differ."""
 ISSUER_SEED_FILE = "nats-callout-issuer.nk"
 CALLOUT_ROLES = tuple(r for r in ROLES if r != "api")
@@ -248,7 +248,8 @@ def encode_jwt(claims: Mapping[str, Any], issuer: Issuer, *, now: float | None =
 def decode_jwt(token: str, *, issuer_prefix: int, now: float | None = None) -> dict[str, Any]:
     """The claims of a NATS JWT whose signature verifies with the key its ``iss`` names, an
     nkey of kind ``issuer_prefix``; ``exp`` and ``nbf`` (seconds) are checked against ``now``
-    with :data:`CLOCK_SKEW_S` of tolerance (nats-io/jwt ``Decode`` and ``ClaimsData.Validate``).
+    with :data:`CLOCK_SKEW_SECONDS` of tolerance (nats-io/jwt ``Decode`` and
+    ``ClaimsData.Validate``).
 
     Raises:
         CalloutError: malformed, another algorithm, badly signed, expired or not yet valid.
@@ -270,9 +271,9 @@ def decode_jwt(token: str, *, issuer_prefix: int, now: float | None = None) -> d
         raise CalloutError("bad JWT signature") from None
     t = time.time() if now is None else now
     exp, nbf = claims.get("exp"), claims.get("nbf")
-    if isinstance(exp, int) and exp > 0 and t > exp + CLOCK_SKEW_S:
+    if isinstance(exp, int) and exp > 0 and t > exp + CLOCK_SKEW_SECONDS:
         raise CalloutError("the JWT has expired")
-    if isinstance(nbf, int) and nbf > 0 and nbf > t + CLOCK_SKEW_S:
+    if isinstance(nbf, int) and nbf > 0 and nbf > t + CLOCK_SKEW_SECONDS:
         raise CalloutError("the JWT is not yet valid")
     return claims
 

@@ -27,7 +27,7 @@ from core.retry import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
-MARKER_TTL_S = 86_400.0
+MARKER_TTL_SECONDS = 86_400.0
 
 
 class CancelMarkers:
@@ -72,7 +72,7 @@ class CancelMarkers:
                         KeyValueConfig(
                             bucket=self.name,
                             history=1,
-                            ttl=MARKER_TTL_S,
+                            ttl=MARKER_TTL_SECONDS,
                             storage=StorageType.FILE,
                             replicas=self.replicas,
                         )

@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
-RECONNECT_WAIT_S = 0.5
-DRAIN_TIMEOUT_S = 5
+RECONNECT_WAIT_SECONDS = 0.5
+DRAIN_TIMEOUT_SECONDS = 5
 """How long ``Bus.close`` lets subscriptions drain before it closes anyway (seconds)."""
 RUN_LOOKUP_CONCURRENCY = 64
 """Message lookups in flight at once in ``Bus.runs_in_stream``."""
@@ -222,10 +222,10 @@ class Delivery:
         with translated("ack"):
             await self._msg.ack()
 
-    async def nak(self, delay_s: float | None = None) -> None:
-        """Negative ack; redeliver after ``delay_s`` seconds (``-NAK {"delay": ns}``)."""
+    async def nak(self, delay_seconds: float | None = None) -> None:
+        """Negative ack; redeliver after ``delay_seconds`` seconds (``-NAK {"delay": ns}``)."""
         with translated("nak"):
-            await self._msg.nak(delay=delay_s)
+            await self._msg.nak(delay=delay_seconds)
 
     async def in_progress(self) -> None:
         """``+WPI``: reset the ack-wait timer of this message."""
@@ -249,13 +249,13 @@ class PullConsumer:
     Args:
         nc: the connection.
         next_subject: ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``.
-        expires_s: life of one pull request on the server (seconds).
+        expires_seconds: life of one pull request on the server (seconds).
     """
 
-    def __init__(self, nc: Client, next_subject: str, *, expires_s: float = 1.0) -> None:
+    def __init__(self, nc: Client, next_subject: str, *, expires_seconds: float = 1.0) -> None:
         self._nc = nc
         self._next_subject = next_subject
-        self._expires_s = expires_s
+        self._expires_s = expires_seconds
         self._inbox = nc.new_inbox()
         self._ready: asyncio.Queue[Msg] = asyncio.Queue()
         self._sub: Subscription | None = None
@@ -289,8 +289,9 @@ class PullConsumer:
         if status not in ("404", "408"):
             log.warning("pull request ended: %s %s", status, (msg.headers or {}).get("Description"))
 
-    async def fetch(self, batch: int, timeout_s: float) -> list[Delivery]:
-        """Up to ``batch`` messages; waits up to ``timeout_s`` seconds for the first. [] on timeout.
+    async def fetch(self, batch: int, timeout_seconds: float) -> list[Delivery]:
+        """Up to ``batch`` messages; waits up to ``timeout_seconds`` seconds for the first.
+        [] on timeout.
 
         ``batch`` must be the caller's free capacity: messages handed out are the caller's to
         acknowledge.
@@ -299,7 +300,7 @@ class PullConsumer:
             BusUnavailable: when the pull request cannot be sent.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = loop.time() + timeout_seconds
         while self._ready.empty():
             if self._missing:
                 self._missing = False
@@ -497,11 +498,11 @@ class Bus:
         self.connected = asyncio.Event()
         self._atomic = True  # False once a stream said atomic batches are not enabled
 
-    async def connect(self, *, timeout_s: float = 10.0) -> None:
-        """Connect (retrying until ``timeout_s``), then keep reconnecting forever on loss.
+    async def connect(self, *, timeout_seconds: float = 10.0) -> None:
+        """Connect (retrying until ``timeout_seconds``), then keep reconnecting forever on loss.
 
         Raises:
-            BusUnavailable: when no server answered within ``timeout_s`` seconds.
+            BusUnavailable: when no server answered within ``timeout_seconds`` seconds.
         """
 
         async def on_disconnect() -> None:
@@ -521,7 +522,7 @@ class Bus:
             errors[:] = [e]
             log.warning("NATS error: %s", e)
 
-        attempts = max(1, int(timeout_s / RECONNECT_WAIT_S))
+        attempts = max(1, int(timeout_seconds / RECONNECT_WAIT_SECONDS))
         try:
             nc = await self._connect_once(attempts, on_disconnect, on_reconnect, on_error)
         except (nats.errors.Error, OSError, TimeoutError) as e:
@@ -556,13 +557,13 @@ class Bus:
                 servers=self.config.servers,
                 name=self.name,
                 max_reconnect_attempts=attempts,
-                reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]  # typed int, used as float s
+                reconnect_time_wait=RECONNECT_WAIT_SECONDS,  # type: ignore[arg-type]  # typed int, used as float s
                 connect_timeout=2,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
                 error_cb=on_error,
                 allow_reconnect=True,
-                drain_timeout=DRAIN_TIMEOUT_S,
+                drain_timeout=DRAIN_TIMEOUT_SECONDS,
             )
         except BaseException:  # nats-py leaves the socket of a refused connection open
             with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
@@ -647,9 +648,9 @@ class Bus:
         for cfg in (work, status):
             await self._ensure_stream(cfg)
 
-    async def wait_for_streams(self, stop: asyncio.Event, *, interval_s: float = 1.0) -> bool:
+    async def wait_for_streams(self, stop: asyncio.Event, *, interval_seconds: float = 1.0) -> bool:
         """Wait until the work and status streams exist (a scheduler creates them: the other
-        roles may not, :mod:`bus.auth`), looking every ``interval_s`` seconds, having logged
+        roles may not, :mod:`bus.auth`), looking every ``interval_seconds`` seconds, having logged
         once what is missing. Returns True once they do, False if ``stop`` was set first.
 
         Raises:
@@ -674,7 +675,7 @@ class Bus:
                 )
                 warned = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
+                await asyncio.wait_for(stop.wait(), interval_seconds)
         return False
 
     async def _ensure_stream(self, cfg: StreamConfig) -> None:

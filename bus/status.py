@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 FEED_BATCH = 512
 """Events a :class:`StatusFeed` asks for per pull request."""
-FEED_INACTIVE_THRESHOLD_S = 60.0
+FEED_INACTIVE_THRESHOLD_SECONDS = 60.0
 """The server deletes a feed's consumer after this long without a pull request (seconds)."""
 
 
@@ -63,9 +63,9 @@ class StatusFeed:
         self._name = ""
         self._consumer_seq = 0
 
-    async def next_batch(self, timeout_s: float) -> list[StoredEvent]:
-        """The next events (at most ``batch``); waits up to ``timeout_s`` seconds for the first
-        and returns [] if none came. After a gap or a lost consumer the feed re-creates its
+    async def next_batch(self, timeout_seconds: float) -> list[StoredEvent]:
+        """The next events (at most ``batch``); waits up to ``timeout_seconds`` seconds for the
+        first and returns [] if none came. After a gap or a lost consumer the feed re-creates its
         consumer from the next sequence it has not delivered, so callers never see a gap.
 
         Raises:
@@ -75,7 +75,7 @@ class StatusFeed:
             await self._open()
         assert self._consumer is not None
         try:
-            deliveries = await self._consumer.fetch(self.batch, timeout_s)
+            deliveries = await self._consumer.fetch(self.batch, timeout_seconds)
         except ConsumerMissing:
             log.info("live-status feed: consumer %s gone; re-creating it", self._name)
             await self._reset()
@@ -109,7 +109,7 @@ class StatusFeed:
             ack_policy=AckPolicy.NONE,
             mem_storage=True,
             num_replicas=1,
-            inactive_threshold=FEED_INACTIVE_THRESHOLD_S,
+            inactive_threshold=FEED_INACTIVE_THRESHOLD_SECONDS,
             max_waiting=4,
         )
         with translated("create live-status consumer"):
@@ -169,12 +169,12 @@ class StatusReader:
 
     Args:
         bus: a connected adapter (the gateway's live-status connection).
-        timeout_s: how long one read may take (seconds).
+        timeout_seconds: how long one read may take (seconds).
     """
 
-    def __init__(self, bus: Bus, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, bus: Bus, *, timeout_seconds: float = 5.0) -> None:
         self.bus = bus
-        self.timeout_s = timeout_s
+        self.timeout_seconds = timeout_seconds
         self._inbox = ""
         self._subscribing = asyncio.Lock()
         self._reads: dict[str, _Read] = {}
@@ -234,12 +234,12 @@ class StatusReader:
                     reply=f"{inbox}.{token}",
                 )
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with asyncio.timeout(self.timeout_seconds):
                     more = await read.done
             except TimeoutError:
                 if not read.events:
                     raise BusUnavailable(
-                        f"NATS: replay read got no answer in {self.timeout_s:g} s"
+                        f"NATS: replay read got no answer in {self.timeout_seconds:g} s"
                     ) from None
                 more = True
             return EventBatch(read.events, more)

@@ -98,14 +98,14 @@ class FakeClock:
         earliest first."""
         return sorted(d for d, wake in self._asleep.values() if not wake.is_set())
 
-    async def until_asleep(self, count: int, *, timeout_s: float = 5.0) -> None:
+    async def until_asleep(self, count: int, *, timeout_seconds: float = 5.0) -> None:
         """Wait until ``count`` tasks sleep on this clock having seen its current time and
         with their wake event clear: they have done all they can until it moves.
 
         Raises:
-            TimeoutError: they did not within ``timeout_s`` seconds (of real time).
+            TimeoutError: they did not within ``timeout_seconds`` seconds (of real time).
         """
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             while len(self.deadlines()) < count:
                 self._asleep_changed.clear()
                 try:

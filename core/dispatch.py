@@ -122,7 +122,7 @@ def plan_job(
             job.schedule,
             occurrence,
             now,
-            grace_s=job.misfire_grace_seconds,
+            grace_seconds=job.misfire_grace_seconds,
             policy=job.misfire_policy,
             max_catch_up=job.max_catch_up,
         )

@@ -119,7 +119,7 @@ class QuotaExceeded(JobschedError):
         limit: the quota's name, as the problem's ``limit.name`` (``activeJobs``,
             ``createsPerSecond``, ``runsPerMinute``).
         value: the quota's value (jobs, creations per second, runs per minute).
-        retry_after_s: when a retry can succeed (seconds; HTTP ``Retry-After``), or None when
+        retry_after_seconds: when a retry can succeed (seconds; HTTP ``Retry-After``), or None when
             waiting alone does not help (``activeJobs``: finish, cancel or delete jobs first).
     """
 
@@ -127,12 +127,12 @@ class QuotaExceeded(JobschedError):
     status = 429
 
     def __init__(
-        self, message: str, *, limit: str, value: float, retry_after_s: float | None = None
+        self, message: str, *, limit: str, value: float, retry_after_seconds: float | None = None
     ) -> None:
         super().__init__(message)
         self.limit = limit
         self.value = value
-        self.retry_after_s = retry_after_s
+        self.retry_after_seconds = retry_after_seconds
 
 
 class PayloadTooLarge(JobschedError):

@@ -166,25 +166,25 @@ class Retention:
 
     Attributes:
         keep_last: the most recently finished runs kept per job (None: no count limit).
-        max_age_s: a finished run is deleted this many seconds after it finished (None: no age
+        max_age_seconds: a finished run is deleted this many seconds after it finished (None: no age
             limit).
     """
 
     keep_last: int | None = 1000
-    max_age_s: float | None = 30 * 86400.0
+    max_age_seconds: float | None = 30 * 86400.0
 
     @classmethod
     def of_settings(cls, history_limit: int, history_max_age_seconds: float) -> Retention:
         """The deployment's default from its settings, where 0 means "no limit"."""
-        return cls(keep_last=history_limit or None, max_age_s=history_max_age_seconds or None)
+        return cls(keep_last=history_limit or None, max_age_seconds=history_max_age_seconds or None)
 
 
 def retention_of(job: Job, default: Retention) -> Retention:
     """The retention that applies to ``job``: its own values, else the deployment's."""
     return Retention(
         keep_last=default.keep_last if job.history_limit is None else job.history_limit,
-        max_age_s=(
-            default.max_age_s
+        max_age_seconds=(
+            default.max_age_seconds
             if job.history_max_age_seconds is None
             else job.history_max_age_seconds
         ),
@@ -194,11 +194,13 @@ def retention_of(job: Job, default: Retention) -> Retention:
 def prune_target(job: Job, default: Retention, now: datetime) -> PruneTarget | None:
     """What to delete of ``job``'s history at ``now`` (aware), or None when no rule applies."""
     rule = retention_of(job, default)
-    if rule.keep_last is None and rule.max_age_s is None:
+    if rule.keep_last is None and rule.max_age_seconds is None:
         return None
     return PruneTarget(
         job_id=job.id,
         keep_last=rule.keep_last,
-        finished_before=None if rule.max_age_s is None else now - timedelta(seconds=rule.max_age_s),
+        finished_before=None
+        if rule.max_age_seconds is None
+        else now - timedelta(seconds=rule.max_age_seconds),
         keep_id=job.last_execution_id,
     )

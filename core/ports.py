@@ -454,8 +454,8 @@ class Delivery(Protocol):
         """Done: never deliver it again."""
         ...
 
-    async def nak(self, delay_s: float | None = None) -> None:
-        """Deliver it again after ``delay_s`` seconds (None: at once)."""
+    async def nak(self, delay_seconds: float | None = None) -> None:
+        """Deliver it again after ``delay_seconds`` seconds (None: at once)."""
         ...
 
     async def in_progress(self) -> None:
@@ -470,10 +470,10 @@ class Delivery(Protocol):
 class Consumer(Protocol):
     """A durable consumer shared by every process of one role (work queue, status stream)."""
 
-    async def fetch(self, batch: int, timeout_s: float) -> Sequence[Delivery]:
-        """Up to ``batch`` messages, waiting up to ``timeout_s`` seconds for the first ([] after
-        that). ``batch`` is the caller's free capacity: what is handed out is the caller's to
-        acknowledge.
+    async def fetch(self, batch: int, timeout_seconds: float) -> Sequence[Delivery]:
+        """Up to ``batch`` messages, waiting up to ``timeout_seconds`` seconds for the first
+        ([] after that). ``batch`` is the caller's free capacity: what is handed out is the
+        caller's to acknowledge.
 
         Raises:
             ConsumerMissing: the consumer (or its stream) was deleted; ensure it and fetch again.
@@ -499,7 +499,7 @@ class Subscription(Protocol):
 
 
 class Streams(Protocol):
-    async def wait_for_streams(self, stop: asyncio.Event, *, interval_s: float = 1.0) -> bool:
+    async def wait_for_streams(self, stop: asyncio.Event, *, interval_seconds: float = 1.0) -> bool:
         """Wait until the work and status streams exist (a scheduler creates them); True once
         they do, False if ``stop`` was set first.
 
@@ -760,8 +760,8 @@ class LiveFeed(Protocol):
     :class:`bus.status.StatusFeed`). It reads at its caller's pace: nothing is buffered beyond
     the batch asked for."""
 
-    async def next_batch(self, timeout_s: float) -> list[StoredEvent]:
-        """The next events; waits up to ``timeout_s`` seconds for the first ([] if none came).
+    async def next_batch(self, timeout_seconds: float) -> list[StoredEvent]:
+        """The next events; waits up to ``timeout_seconds`` seconds for the first ([] if none came).
 
         Raises:
             BusUnavailable: the stream cannot be read now (back off, call again: the feed

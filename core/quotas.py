@@ -192,23 +192,23 @@ def must_count(quotas: Quotas, counted: tuple[int, datetime] | None, now: dateti
     return active + rate.capacity + rate.per_second * since >= quotas.active_jobs
 
 
-def creates_exceeded(quotas: Quotas, wait_s: float) -> QuotaExceeded:
+def creates_exceeded(quotas: Quotas, wait_seconds: float) -> QuotaExceeded:
     return QuotaExceeded(
         f"quota exceeded: at most {quotas.creates_per_second:g} job creations per second "
-        f"(bursts of {quotas.creates_burst}); retry in {wait_s:.2f} s",
+        f"(bursts of {quotas.creates_burst}); retry in {wait_seconds:.2f} s",
         limit="createsPerSecond",
         value=quotas.creates_per_second,
-        retry_after_s=wait_s,
+        retry_after_seconds=wait_seconds,
     )
 
 
-def runs_exceeded(quotas: Quotas, wait_s: float) -> QuotaExceeded:
+def runs_exceeded(quotas: Quotas, wait_seconds: float) -> QuotaExceeded:
     return QuotaExceeded(
         f"quota exceeded: at most {quotas.runs_per_minute} runs started per minute; "
-        f"retry in {wait_s:.2f} s",
+        f"retry in {wait_seconds:.2f} s",
         limit="runsPerMinute",
         value=quotas.runs_per_minute,
-        retry_after_s=wait_s,
+        retry_after_seconds=wait_seconds,
     )
 
 

@@ -36,19 +36,20 @@ class RetryPolicy:
     """Delays between the attempts of one retried operation (:func:`core.backoff.retry_delay`).
 
     Attributes:
-        first_s: delay after the first failure (seconds, > 0).
-        max_s: largest delay (seconds, >= ``first_s``); ``first_s == max_s`` is a fixed delay.
+        first_seconds: delay after the first failure (seconds, > 0).
+        max_seconds: largest delay (seconds, >= ``first_seconds``); ``first_seconds ==
+            max_seconds`` is a fixed delay.
         factor: growth per consecutive failure.
         jitter: each delay is multiplied by a random factor in ``[1 - jitter, 1 + jitter]``
-            (then capped at ``max_s``).
+            (then capped at ``max_seconds``).
     """
 
-    first_s: float
-    max_s: float
+    first_seconds: float
+    max_seconds: float
     factor: float = 2.0
     jitter: float = 0.0
 
-    def delay_s(self, failures: int, rng: random.Random | None = None) -> float:
+    def delay_seconds(self, failures: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after ``failures`` consecutive failures (1-based).
 
         Raises:
@@ -56,8 +57,8 @@ class RetryPolicy:
         """
         return retry_delay(
             failures,
-            base_s=self.first_s,
-            max_s=self.max_s,
+            base_seconds=self.first_seconds,
+            max_seconds=self.max_seconds,
             factor=self.factor,
             jitter=self.jitter,
             rng=rng,
@@ -102,7 +103,7 @@ class Backoff:
         """
         raise_if_cancelling()
         self.failures += 1
-        delay = self.policy.delay_s(self.failures)
+        delay = self.policy.delay_seconds(self.failures)
         self._log.log(level, "%s: %s; retrying in %.1f s", what, error, delay)
         await self.clock.sleep_until(self.clock.now() + timedelta(seconds=delay), self._stop)
         return delay

@@ -28,7 +28,7 @@ from core.model import (
 )
 from core.timeutil import isoformat_z, to_epoch_ms, to_utc_ms
 
-DEFAULT_MISFIRE_GRACE_S = 60.0
+DEFAULT_MISFIRE_GRACE_SECONDS = 60.0
 MAX_CATCH_UP_SCAN = 1_000_000
 """Missed occurrences of a cron schedule are counted exactly up to this many; past it the count
 is a lower bound. An interval's are counted exactly, in constant time."""
@@ -74,13 +74,13 @@ def _instant(value: datetime | None, field: str) -> datetime | None:
 
 
 def normalize(
-    schedule: Schedule, now: datetime, *, grace_s: float = DEFAULT_MISFIRE_GRACE_S
+    schedule: Schedule, now: datetime, *, grace_seconds: float = DEFAULT_MISFIRE_GRACE_SECONDS
 ) -> Schedule:
     """Validate a schedule from a request and return it with every instant in UTC.
 
     Raises:
         InvalidRequest: naming ``schedule.<field>``: an instant without an offset, an
-            ``executeAt`` more than ``grace_s`` seconds in the past, an unknown time zone, an
+            ``executeAt`` more than ``grace_seconds`` seconds in the past, an unknown time zone, an
             invalid cron expression, ``endAt`` not after ``startAt``, a schedule that can never
             run again (its ``endAt`` is before its first run).
     """
@@ -88,11 +88,12 @@ def normalize(
         case OnceSchedule(execute_at=given):
             at = _instant(given, "schedule.executeAt")
             assert at is not None
-            if at < now - timedelta(seconds=grace_s):
+            if at < now - timedelta(seconds=grace_seconds):
                 raise InvalidRequest(
                     FieldError(
                         "schedule.executeAt",
-                        f"is in the past (more than {grace_s:g} s before now, {isoformat_z(now)})",
+                        f"is in the past (more than {grace_seconds:g} s before now, "
+                        f"{isoformat_z(now)})",
                     )
                 )
             return type(schedule)(execute_at=at)
@@ -200,13 +201,13 @@ def _cron_after(schedule: CronSchedule, after: datetime) -> datetime | None:
     return _within(schedule, nxt)
 
 
-def jitter_ms(job_id: str, occurrence: datetime, jitter_s: float) -> int:
-    """The delay of one run, ``0..jitter_s`` seconds in milliseconds.
+def jitter_ms(job_id: str, occurrence: datetime, jitter_seconds: float) -> int:
+    """The delay of one run, ``0..jitter_seconds`` seconds in milliseconds.
 
     Derived from (job id, occurrence) with BLAKE2b, so every scheduler — before and after a
     failover — delays the same run by the same amount.
     """
-    bound = int(jitter_s * 1000)
+    bound = int(jitter_seconds * 1000)
     if bound <= 0:
         return 0
     digest = hashlib.blake2b(f"{job_id}:{to_epoch_ms(occurrence)}".encode(), digest_size=8)
@@ -248,14 +249,14 @@ def plan_due(
     occurrence: datetime,
     now: datetime,
     *,
-    grace_s: float = DEFAULT_MISFIRE_GRACE_S,
+    grace_seconds: float = DEFAULT_MISFIRE_GRACE_SECONDS,
     policy: MisfirePolicy = MisfirePolicy.RUN_ONCE,
     max_catch_up: int = 10,
 ) -> DuePlan:
     """Plan the dispatch of a job whose ``occurrence`` is due at ``now``.
 
-    Every occurrence up to now is either *on time* (at most ``grace_s`` seconds late and one of
-    the latest ``MAX_ON_TIME``: it runs) or *misfired* (the others). Misfired occurrences follow
+    Every occurrence up to now is either *on time* (at most ``grace_seconds`` seconds late and one
+    of the latest ``MAX_ON_TIME``: it runs) or *misfired* (the others). Misfired occurrences follow
     ``policy``:
 
     - ``runOnce``: one catch-up run, for the most recent misfired occurrence — unless an on-time
@@ -267,10 +268,12 @@ def plan_due(
     One-time jobs always run once, however late. The next run is the first occurrence after now.
     """
     nxt = next_run_after(schedule, occurrence)
-    on_time_alone = nxt is not None and nxt > now and now - occurrence <= timedelta(seconds=grace_s)
+    on_time_alone = (
+        nxt is not None and nxt > now and now - occurrence <= timedelta(seconds=grace_seconds)
+    )
     if nxt is None or on_time_alone:
         return DuePlan((occurrence,), nxt, None)
-    cutoff = now - timedelta(seconds=grace_s)
+    cutoff = now - timedelta(seconds=grace_seconds)
     keep = max(1, max_catch_up)
     if _on_grid(schedule, occurrence):
         scan = _scan_grid(schedule, occurrence, nxt - occurrence, now, cutoff, keep)

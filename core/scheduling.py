@@ -135,7 +135,8 @@ class Scheduling:
         self.quotas = config.quotas
         self.runs_quota = self.quotas.runs
         self.heap = FireHeap()
-        """Jobs of the lookahead window by due time; recorded up to ``prepare_ahead_s`` early."""
+        """Jobs of the lookahead window by due time; recorded up to ``prepare_ahead_seconds``
+        early."""
         self.at_due = FireHeap()
         """Jobs decided at their due time exactly: previous run active, held by the quota."""
         self.prepared: TimedQueue[RunMessage] = TimedQueue()
@@ -286,7 +287,7 @@ class Scheduling:
         *,
         ended: Container[str] = (),
     ) -> list[Decided]:
-        """Plan ``jobs`` as of their due times (recorded up to ``prepare_ahead_s`` early).
+        """Plan ``jobs`` as of their due times (recorded up to ``prepare_ahead_seconds`` early).
 
         A job not due within the lead goes back to the heap; a job whose previous run is active
         is decided at its due time instead, not ahead of it. The others are planned, earliest
@@ -467,12 +468,12 @@ class Scheduling:
                 self.unpublished[msg.execution_id] = msg
         return done
 
-    def publish_deadline(self, now: datetime, retry_s: float) -> datetime:
-        """When the publisher must wake up: the earliest prepared run, or ``retry_s`` after
+    def publish_deadline(self, now: datetime, retry_seconds: float) -> datetime:
+        """When the publisher must wake up: the earliest prepared run, or ``retry_seconds`` after
         ``now`` while a failed publish waits for its retry (at most an hour)."""
         deadline = self.prepared.peek() or now + timedelta(hours=1)
         if self.unpublished:
-            deadline = min(deadline, now + timedelta(seconds=retry_s))
+            deadline = min(deadline, now + timedelta(seconds=retry_seconds))
         return deadline
 
     # --- re-dispatch ----------------------------------------------------------------------------

@@ -207,7 +207,7 @@ class SchedulerConfig(Section, frozen=True, kw_only=True):
         lease_ttl_seconds: ``JOBSCHED_LEASE_TTL_SECONDS``; TTL of partition leases (seconds);
             renewed every third of it. A dead scheduler's partitions are taken over within about
             this long. At least 15 against a clustered NATS (see
-            :data:`actors.ownership.CLUSTER_MIN_TTL_S`).
+            :data:`actors.ownership.CLUSTER_MIN_TTL_SECONDS`).
         scheduler_id: ``JOBSCHED_SCHEDULER_ID``; this scheduler's lease owner id; empty =
             ``<hostname>-<pid>`` (:attr:`resolved_scheduler_id`). Must be unique among live
             schedulers.

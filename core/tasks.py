@@ -39,17 +39,17 @@ class TaskError(Exception):
         message: the run's error, for humans (stored on the execution).
         retryable: False: no further attempt, the run is FAILED now (a 4xx answer, a refused
             address, a missing secret: trying again cannot help).
-        retry_after_s: the earliest the next attempt may start (seconds from now), e.g. an HTTP
-            ``Retry-After``; the worker waits the longer of it and its backoff delay, at most
-            :data:`actors.worker.RETRY_AFTER_MAX_S`.
+        retry_after_seconds: the earliest the next attempt may start (seconds from now), e.g. an
+            HTTP ``Retry-After``; the worker waits the longer of it and its backoff delay, at most
+            :data:`actors.worker.RETRY_AFTER_MAX_SECONDS`.
     """
 
     def __init__(
-        self, message: str, *, retryable: bool = True, retry_after_s: float | None = None
+        self, message: str, *, retryable: bool = True, retry_after_seconds: float | None = None
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
-        self.retry_after_s = retry_after_s
+        self.retry_after_seconds = retry_after_seconds
 
 
 class SecretNotFound(TaskError):

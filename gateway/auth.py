@@ -15,7 +15,7 @@ from core.access import SCOPES, Principal, Role, parse_role, parse_scope
 from core.errors import Unauthorized
 
 ALGORITHM = "HS256"
-LEEWAY_S = 30
+LEEWAY_SECONDS = 30
 MAX_USER_LENGTH = 256
 """Longest user id (a token's ``sub``), in characters: it is part of NATS subjects, whose
 control line nats-server limits to 4,096 bytes."""
@@ -94,7 +94,7 @@ def principal_and_expiry(token: str, secret: str) -> tuple[Principal, datetime]:
             token,
             secret,
             algorithms=[ALGORITHM],
-            leeway=LEEWAY_S,
+            leeway=LEEWAY_SECONDS,
             options={"require": ["sub", "exp"]},
         )
     except jwt.ExpiredSignatureError:

@@ -17,7 +17,7 @@ from core.settings import GatewayConfig
 
 EXPOSED_HEADERS = ("X-Request-Id", "Retry-After", "Idempotent-Replayed", "Location")
 """Response headers a cross-origin page may read (besides the CORS-safelisted ones)."""
-MAX_AGE_S = 600
+MAX_AGE_SECONDS = 600
 """How long a browser may cache a preflight's answer (seconds)."""
 
 
@@ -40,7 +40,7 @@ def enable_cors(app: web.Application, config: GatewayConfig) -> None:
         expose_headers=EXPOSED_HEADERS,
         allow_headers=config.cors_allowed_headers,
         allow_methods=config.cors_allowed_methods,
-        max_age=MAX_AGE_S,
+        max_age=MAX_AGE_SECONDS,
     )
     cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(config.cors_allowed_origins, options))
     for route in list(app.router.routes()):

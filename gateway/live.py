@@ -37,11 +37,11 @@ REPLAY_BATCH_EVENTS = 128
 """Most events one replay read asks for (and a replaying connection holds ahead of its writer)."""
 REPLAY_MAX_BYTES = 256 * 1024
 """Bytes after which the server ends a replay read's batch (about; at least one event)."""
-READY_TIMEOUT_S = 10.0
+READY_TIMEOUT_SECONDS = 10.0
 """How long a subscription waits for the feed to find its starting point (seconds)."""
-FEED_POLL_S = 5.0
+FEED_POLL_SECONDS = 5.0
 """Longest wait of the feed for its next batch before it asks again (seconds)."""
-FEED_IDLE_S = 60.0
+FEED_IDLE_SECONDS = 60.0
 """With no subscriber for this long the feed stops reading; the next subscriber restarts it."""
 
 
@@ -114,7 +114,7 @@ class LiveStatus:
             raise BusUnavailable("live status needs NATS")
         self._wanted.set()
         try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
+            async with asyncio.timeout(READY_TIMEOUT_SECONDS):
                 await self._ready.wait()
         except TimeoutError:
             raise BusUnavailable(
@@ -147,8 +147,8 @@ class LiveStatus:
 
     async def run(self) -> None:
         """Read the feed until cancelled, whenever a subscription wants it: it starts on the
-        first, and stops after :data:`FEED_IDLE_S` without any. After a NATS failure it resumes
-        from :attr:`position` + 1, so subscribers never see a gap."""
+        first, and stops after :data:`FEED_IDLE_SECONDS` without any. After a NATS failure it
+        resumes from :attr:`position` + 1, so subscribers never see a gap."""
         if self.stream is None:
             return
         while True:
@@ -156,7 +156,7 @@ class LiveStatus:
             await self._read_feed(self.stream)
 
     async def _read_feed(self, stream: StatusStream) -> None:
-        """The feed until it has been idle for :data:`FEED_IDLE_S`."""
+        """The feed until it has been idle for :data:`FEED_IDLE_SECONDS`."""
         feed: LiveFeed | None = None
         failures, idle_since = 0, time.monotonic()
         try:
@@ -168,7 +168,7 @@ class LiveStatus:
                             self.position = await stream.status_last_seq()
                         feed = stream.feed(self.position + 1)
                         self._ready.set()
-                    events = await feed.next_batch(FEED_POLL_S)
+                    events = await feed.next_batch(FEED_POLL_SECONDS)
                     failures = 0
                 except BusUnavailable as e:
                     failures += 1
@@ -176,13 +176,13 @@ class LiveStatus:
                     if feed is not None:
                         await feed.close()
                         feed = None
-                    await asyncio.sleep(retry_delay(failures, base_s=0.2, max_s=5.0))
+                    await asyncio.sleep(retry_delay(failures, base_seconds=0.2, max_seconds=5.0))
                     continue
                 for event in events:
                     self._dispatch(event)
                 if self._subscribers:
                     idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > FEED_IDLE_S:
+                elif time.monotonic() - idle_since > FEED_IDLE_SECONDS:
                     self._ready.clear()
                     self._wanted.clear()
                     return

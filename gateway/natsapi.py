@@ -212,8 +212,8 @@ class NatsApi:
                 elif e.status >= 500:
                     log.error("NATS API %s: %s", name, e)
                 extra = None
-                if isinstance(e, QuotaExceeded) and e.retry_after_s is not None:
-                    extra = {"Retry-After": retry_after(e.retry_after_s)}
+                if isinstance(e, QuotaExceeded) and e.retry_after_seconds is not None:
+                    extra = {"Retry-After": retry_after(e.retry_after_seconds)}
                 return Reply(_problem(e, name), str(e.status), e.message, extra)
             except Exception:
                 log.exception("NATS API %s failed", name)

@@ -67,8 +67,8 @@ def problem(
         resp.headers["WWW-Authenticate"] = 'Bearer realm="jobsched"'
     if status == 503:
         resp.headers["Retry-After"] = "1"
-    if quota is not None and quota.retry_after_s is not None:
-        resp.headers["Retry-After"] = retry_after(quota.retry_after_s)
+    if quota is not None and quota.retry_after_seconds is not None:
+        resp.headers["Retry-After"] = retry_after(quota.retry_after_seconds)
     return resp
 
 

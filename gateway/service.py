@@ -146,7 +146,7 @@ class JobService:
         spec.decode_params(body.parameters)
         check_parameters(body.parameters)
         now = self.clock.now()
-        sched = schedules.normalize(body.schedule, now, grace_s=body.misfire_grace_seconds)
+        sched = schedules.normalize(body.schedule, now, grace_seconds=body.misfire_grace_seconds)
         quotas.check_schedule(self.config.quotas, sched, now)
         max_attempts = body.max_attempts or spec.max_attempts
         self._check_attempts(max_attempts)
@@ -440,7 +440,7 @@ class JobService:
         schedule = job.schedule
         next_run_at: datetime | object | None = UNCHANGED
         if patch.schedule is not None:
-            schedule = schedules.normalize(patch.schedule, now, grace_s=grace)
+            schedule = schedules.normalize(patch.schedule, now, grace_seconds=grace)
             quotas.check_schedule(self.config.quotas, schedule, now)
             if job.status != JobStatus.PAUSED:
                 next_run_at = schedules.first_run_at(schedule, now)

@@ -146,13 +146,13 @@ class Outbox:
         self._taken.set()
         return self._frames.popleft()
 
-    async def drained_to(self, size: int, stall_s: float) -> bool:
+    async def drained_to(self, size: int, stall_seconds: float) -> bool:
         """Wait until at most ``size`` frames are left; False if the writer took none for
-        ``stall_s`` seconds meanwhile (a stalled client)."""
+        ``stall_seconds`` seconds meanwhile (a stalled client)."""
         while len(self._frames) > size:
             self._taken.clear()
             try:
-                async with asyncio.timeout(stall_s):
+                async with asyncio.timeout(stall_seconds):
                     await self._taken.wait()
             except TimeoutError:
                 return False
@@ -171,7 +171,7 @@ class LiveSource(Protocol):
 
 
 class Stalled(Exception):
-    """The client took no frame for ``stall_s`` seconds while events waited for it."""
+    """The client took no frame for ``stall_seconds`` seconds while events waited for it."""
 
 
 class _Mode(enum.Enum):
@@ -200,7 +200,7 @@ class Follower:
         subject_filter: the subscription's subject (one job's, or all of the user's).
         job_ids: the subscription's jobs; None for all of the user's.
         start: the first event id to send; None for "from now".
-        stall_s: see :class:`Stalled`.
+        stall_seconds: see :class:`Stalled`.
     """
 
     def __init__(
@@ -211,13 +211,13 @@ class Follower:
         subject_filter: str,
         job_ids: set[str] | None,
         start: int | None,
-        stall_s: float,
+        stall_seconds: float,
     ) -> None:
         self.live = live
         self.outbox = outbox
         self.subject_filter = subject_filter
         self.job_ids = job_ids
-        self.stall_s = stall_s
+        self.stall_seconds = stall_seconds
         self.read_ahead = max(1, min(outbox.capacity, REPLAY_BATCH_EVENTS))
         self._tail: list[StoredEvent] = []
         self._tail_overflowed = False
@@ -257,7 +257,7 @@ class Follower:
         """Catch up whenever needed, until cancelled.
 
         Raises:
-            Stalled: the client took nothing for ``stall_s`` seconds while catching up.
+            Stalled: the client took nothing for ``stall_seconds`` seconds while catching up.
             BusUnavailable: a replay read failed (the client reconnects with its last id).
         """
         while True:
@@ -267,7 +267,7 @@ class Follower:
 
     async def _catch_up_and_join(self) -> None:
         while True:
-            if not await self.outbox.drained_to(self.read_ahead // 2, self.stall_s):
+            if not await self.outbox.drained_to(self.read_ahead // 2, self.stall_seconds):
                 raise Stalled
             batch = await self.live.replay(
                 self.subject_filter, self.cursor, batch=self.read_ahead - len(self.outbox)
@@ -279,7 +279,7 @@ class Follower:
             missed = await self.live.next_on_leader(self.subject_filter, self.cursor)
             if missed is not None:  # the replica that answered lags behind the leader
                 self.mode, self._tail = _Mode.CATCHING_UP, []
-                if not await self.outbox.drained_to(self.outbox.capacity - 1, self.stall_s):
+                if not await self.outbox.drained_to(self.outbox.capacity - 1, self.stall_seconds):
                     raise Stalled
                 self._take(missed)
                 continue
@@ -379,12 +379,12 @@ class _Connection:
         live: LiveStatus,
         user: str,
         max_buffer: int,
-        stall_s: float,
+        stall_seconds: float,
         transport: asyncio.BaseTransport | None,
     ) -> None:
         self.ws = ws
         self.transport = transport
-        self.stall_s = stall_s
+        self.stall_seconds = stall_seconds
         self.live = live
         self.user = user
         self.owner_key = owner_key(user)
@@ -451,7 +451,7 @@ class _Connection:
             subject_filter=self.live.stream.status_filter(self.user, one_job),
             job_ids=set(job_ids) if job_ids is not None else None,
             start=start,
-            stall_s=self.stall_s,
+            stall_seconds=self.stall_seconds,
         )
         subscribed = Outbound(type="subscribed", job_ids=job_ids, from_id=start)
         self.outbox.put(_encoder.encode(subscribed))
@@ -480,14 +480,14 @@ class _Connection:
                 await self.ws.close(code=CLOSE_UNAVAILABLE, message=e.message.encode()[:120])
 
     async def _write(self) -> None:
-        """Send the outbox's frames; a send that cannot finish within ``stall_s`` (the socket
+        """Send the outbox's frames; a send that cannot finish within ``stall_seconds`` (the socket
         took nothing) marks the client slow. The deadline moves on as frames go out, at most
-        every quarter of ``stall_s``, so a busy connection does not arm a timer per frame."""
+        every quarter of ``stall_seconds``, so a busy connection does not arm a timer per frame."""
         loop = asyncio.get_running_loop()
         while True:
             frame = await self.outbox.get()
             try:
-                async with asyncio.timeout(self.stall_s) as deadline:
+                async with asyncio.timeout(self.stall_seconds) as deadline:
                     armed = loop.time()
                     while True:
                         await self.ws.send_frame(frame, WSMsgType.TEXT)
@@ -495,8 +495,8 @@ class _Connection:
                             break
                         frame = self.outbox.take()
                         now = loop.time()
-                        if now - armed > self.stall_s / 4:
-                            deadline.reschedule(now + self.stall_s)
+                        if now - armed > self.stall_seconds / 4:
+                            deadline.reschedule(now + self.stall_seconds)
                             armed = now
             except TimeoutError:
                 self.overflow.set()
@@ -520,7 +520,7 @@ class _Connection:
         writer.cancel()
         await asyncio.wait([writer])
         try:
-            async with asyncio.timeout(self.stall_s):
+            async with asyncio.timeout(self.stall_seconds):
                 await self.ws.close(
                     code=CLOSE_SLOW,
                     message=b"slow consumer: buffer overflowed; reconnect with lastEventId",

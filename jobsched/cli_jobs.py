@@ -268,7 +268,7 @@ def _schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
             ),
             click.option(
                 "--jitter",
-                "jitter_s",
+                "jitter_seconds",
                 type=float,
                 default=None,
                 help="--cron/--every: delay each run by a random 0..N seconds.",
@@ -292,7 +292,11 @@ def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--params-json", default=None, help="All parameters as one JSON object."),
             click.option("--max-attempts", type=int, default=None),
             click.option(
-                "--timeout", "timeout_s", type=float, default=None, help="Run timeout in seconds."
+                "--timeout",
+                "timeout_seconds",
+                type=float,
+                default=None,
+                help="Run timeout in seconds.",
             ),
             click.option("--queue", default=None),
             click.option(
@@ -303,7 +307,7 @@ def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
             ),
             click.option(
                 "--misfire-grace",
-                "misfire_grace_s",
+                "misfire_grace_seconds",
                 type=float,
                 default=None,
                 help="Seconds late an occurrence may still start as scheduled.",
@@ -329,7 +333,7 @@ def _schedule(
     every: float | None,
     start_at: str | None,
     end_at: str | None,
-    jitter_s: float | None,
+    jitter_seconds: float | None,
 ) -> dict[str, Any] | None:
     """The schedule the options give (None: no schedule option at all).
 
@@ -340,7 +344,7 @@ def _schedule(
         raise click.UsageError("use at most one of --at, --cron, --every")
     if (tz or gap or fold) and not cron:
         raise click.UsageError("--timezone, --gap and --fold go with --cron")
-    window = {"startAt": start_at, "endAt": end_at, "jitterSeconds": jitter_s}
+    window = {"startAt": start_at, "endAt": end_at, "jitterSeconds": jitter_seconds}
     window = {k: v for k, v in window.items() if v is not None}
     if window and not (cron or every is not None):
         raise click.UsageError("--start-at, --end-at and --jitter go with --cron or --every")
@@ -359,10 +363,10 @@ def _spec(
     params: tuple[str, ...],
     params_json: str | None,
     max_attempts: int | None,
-    timeout_s: float | None,
+    timeout_seconds: float | None,
     queue: str | None,
     misfire_policy: str | None,
-    misfire_grace_s: float | None,
+    misfire_grace_seconds: float | None,
     overlap_policy: str | None,
 ) -> dict[str, Any]:
     """The job options the options give, as API fields (absent ones left out)."""
@@ -377,10 +381,10 @@ def _spec(
         body["parameters"] = parameters | _parse_param(params)
     for key, value in (
         ("maxAttempts", max_attempts),
-        ("timeoutSeconds", timeout_s),
+        ("timeoutSeconds", timeout_seconds),
         ("queue", queue),
         ("misfirePolicy", misfire_policy),
-        ("misfireGraceSeconds", misfire_grace_s),
+        ("misfireGraceSeconds", misfire_grace_seconds),
         ("overlapPolicy", overlap_policy),
     ):
         if value is not None:
@@ -402,7 +406,7 @@ def _spec(
 )
 @click.option(
     "--wait",
-    "wait_s",
+    "wait_seconds",
     type=float,
     default=None,
     help="Wait up to N seconds for a one-time job to end; exit 1 unless it SUCCEEDED.",
@@ -412,7 +416,7 @@ def _spec(
 def submit(
     task_id: str,
     idempotency_key: str | None,
-    wait_s: float | None,
+    wait_seconds: float | None,
     output: str,
     url: str | None,
     token: str | None,
@@ -423,7 +427,11 @@ def submit(
     body: dict[str, Any] = {"taskId": task_id, **_spec(*(options.pop(k) for k in _SPEC_KEYS))}
     if schedule is not None:
         body["schedule"] = schedule
-    if wait_s is not None and schedule is not None and schedule["type"] in ("cron", "interval"):
+    if (
+        wait_seconds is not None
+        and schedule is not None
+        and schedule["type"] in ("cron", "interval")
+    ):
         raise click.UsageError("--wait is for one-time jobs; a recurring job does not end")
 
     async def go(client: JobschedClient) -> Job:
@@ -431,13 +439,13 @@ def submit(
             job, _ = await client.create_job_idempotent(body, idempotency_key)
         else:
             job = await client.create_job(body)
-        if wait_s is not None:
-            job = await client.wait_for_status(job.id, TERMINAL, timeout_s=wait_s)
+        if wait_seconds is not None:
+            job = await client.wait_for_status(job.id, TERMINAL, timeout_seconds=wait_seconds)
         return job
 
     job = _call(url, token, go)
     _show_job(job, output)
-    if wait_s is not None and job.status != "SUCCEEDED":
+    if wait_seconds is not None and job.status != "SUCCEEDED":
         raise click.ClickException(f"job {job.id} ended {job.status}")
 
 
@@ -450,16 +458,16 @@ _SCHEDULE_KEYS = (
     "every",
     "start_at",
     "end_at",
-    "jitter_s",
+    "jitter_seconds",
 )
 _SPEC_KEYS = (
     "params",
     "params_json",
     "max_attempts",
-    "timeout_s",
+    "timeout_seconds",
     "queue",
     "misfire_policy",
-    "misfire_grace_s",
+    "misfire_grace_seconds",
     "overlap_policy",
 )
 

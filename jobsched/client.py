@@ -4,7 +4,7 @@ Example::
 
     async with JobschedClient("http://127.0.0.1:8080", token) as client:
         job = await client.create_job({"taskId": "noop"})
-        job = await client.wait_for_status(job.id, {"SUCCEEDED", "FAILED"}, timeout_s=10)
+        job = await client.wait_for_status(job.id, {"SUCCEEDED", "FAILED"}, timeout_seconds=10)
 """
 
 from __future__ import annotations
@@ -69,13 +69,13 @@ class WaitTimedOut(TimeoutError):
 
     Attributes:
         job: the job as last seen (its status is not one of those waited for).
-        timeout_s: how long it waited (seconds).
+        timeout_seconds: how long it waited (seconds).
     """
 
-    def __init__(self, job: Job, timeout_s: float) -> None:
-        super().__init__(f"job {job.id} still {job.status} after {timeout_s:g} s")
+    def __init__(self, job: Job, timeout_seconds: float) -> None:
+        super().__init__(f"job {job.id} still {job.status} after {timeout_seconds:g} s")
         self.job = job
-        self.timeout_s = timeout_s
+        self.timeout_seconds = timeout_seconds
 
 
 class WatchClosed(Exception):
@@ -106,13 +106,13 @@ class JobschedClient:
     Args:
         base_url: e.g. ``http://127.0.0.1:8080``.
         token: bearer token (``jobsched token --user NAME``).
-        timeout_s: per-request timeout (seconds).
+        timeout_seconds: per-request timeout (seconds).
     """
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, base_url: str, token: str, *, timeout_seconds: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> JobschedClient:
@@ -349,21 +349,26 @@ class JobschedClient:
         return items
 
     async def wait_for_status(
-        self, job_id: str, statuses: Collection[str], *, timeout_s: float, poll_s: float = 0.05
+        self,
+        job_id: str,
+        statuses: Collection[str],
+        *,
+        timeout_seconds: float,
+        poll_seconds: float = 0.05,
     ) -> Job:
         """Poll the job until its status is one of ``statuses``.
 
         Raises:
-            WaitTimedOut: after ``timeout_s`` seconds (a TimeoutError naming the last status).
+            WaitTimedOut: after ``timeout_seconds`` seconds (a TimeoutError naming the last status).
         """
         job = await self.get_job(job_id)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 while job.status not in statuses:
-                    await asyncio.sleep(poll_s)
+                    await asyncio.sleep(poll_seconds)
                     job = await self.get_job(job_id)
         except TimeoutError:
-            raise WaitTimedOut(job, timeout_s) from None
+            raise WaitTimedOut(job, timeout_seconds) from None
         return job
 
 
@@ -405,7 +410,7 @@ class NatsJobschedClient:
         servers: NATS server URLs.
         token: bearer token (``jobsched token --user NAME``).
         prefix: the deployment's subject prefix (``JOBSCHED_SUBJECT_PREFIX``).
-        timeout_s: per-request timeout (seconds).
+        timeout_seconds: per-request timeout (seconds).
         credentials: the NATS user of API clients (``nats-api.json``, :mod:`bus.auth`):
             requests to the API subjects and replies on its own inbox only.
         tls: TLS context (:func:`bus.tls.client_context`); None: TLS only for ``tls://`` URLs.
@@ -418,14 +423,14 @@ class NatsJobschedClient:
         token: str,
         *,
         prefix: str = "jobsched",
-        timeout_s: float = 10.0,
+        timeout_seconds: float = 10.0,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else servers
         self.credentials = credentials
         self.prefix = prefix
-        self.timeout_s = timeout_s
+        self.timeout_seconds = timeout_seconds
         self._token = token
         self.tls = tls
         self._headers = {"Authorization": f"Bearer {token}"}
@@ -459,7 +464,7 @@ class NatsJobschedClient:
         msg = await self._nc.request(
             f"{self.prefix}.api.{operation}",
             msgspec.json.encode(body),
-            timeout=self.timeout_s,
+            timeout=self.timeout_seconds,
             headers={**self._headers, **(headers or {})},
         )
         code = (msg.headers or {}).get("Nats-Service-Error-Code")

@@ -247,5 +247,5 @@ def _outcome(
     message = f"HTTP {resp.status} from {params.method} {url}: {quoted!r}"
     if resp.status >= 500 or resp.status == 429:
         after = _retry_after(resp.headers.get("Retry-After"), datetime.now(UTC))
-        raise TaskError(message, retry_after_s=after)
+        raise TaskError(message, retry_after_seconds=after)
     raise TaskError(message, retryable=False)

@@ -108,7 +108,7 @@ store: lost runs are re-dispatched, lost status is recovered by re-running (READ
 """
 
 
-def _stop_orphan(pid_file: Path, config: Path, timeout_s: float = 10.0) -> None:
+def _stop_orphan(pid_file: Path, config: Path, timeout_seconds: float = 10.0) -> None:
     """Stop a nats-server left running on this storage by a process that was killed (SIGKILL
     of ``jobsched dev`` leaves its child alive, holding the JetStream store).
 
@@ -125,7 +125,7 @@ def _stop_orphan(pid_file: Path, config: Path, timeout_s: float = 10.0) -> None:
     if not _runs_config(argv, config):
         return
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_seconds
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     if Path(f"/proc/{pid}").exists():
@@ -154,14 +154,14 @@ class ServerTls:
         ca_file: PEM CAs that client certificates must chain to (None: the system's).
         verify: require and verify a client certificate (mutual TLS): a client without one
             signed by ``ca_file`` is refused during the handshake.
-        timeout_s: how long the server waits for a client's TLS handshake (seconds).
+        timeout_seconds: how long the server waits for a client's TLS handshake (seconds).
     """
 
     cert_file: Path
     key_file: Path
     ca_file: Path | None = None
     verify: bool = False
-    timeout_s: float = 2.0
+    timeout_seconds: float = 2.0
 
     def block(self) -> str:
         """The config text ``tls { ... }``."""
@@ -170,7 +170,7 @@ class ServerTls:
             f"  key_file: {json.dumps(str(self.key_file))}",
             *([f"  ca_file: {json.dumps(str(self.ca_file))}"] if self.ca_file else []),
             f"  verify: {'true' if self.verify else 'false'}",
-            f"  timeout: {self.timeout_s}",
+            f"  timeout: {self.timeout_seconds}",
         ]
         return "tls {\n" + "\n".join(lines) + "\n}\n"
 
@@ -232,11 +232,11 @@ class NatsServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def start(self, timeout_s: float = 15.0) -> str:
+    def start(self, timeout_seconds: float = 15.0) -> str:
         """Start the server and return its URL once it listens.
 
         Raises:
-            RuntimeError: the server exited or did not report its port within ``timeout_s``.
+            RuntimeError: the server exited or did not report its port within ``timeout_seconds``.
         """
         ports_dir = self.store_dir / "ports"
         ports_dir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +266,7 @@ class NatsServer:
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
             )
         ports_file = ports_dir / f"{Path(self.binary).name}_{self._proc.pid}.ports"
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise RuntimeError(
@@ -284,7 +284,7 @@ class NatsServer:
                     return self.url
             time.sleep(0.02)
         self.stop()
-        raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
+        raise RuntimeError(f"nats-server did not report its port within {timeout_seconds} s")
 
     def _write_config(self, config: Path) -> None:
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds passwords
@@ -301,14 +301,14 @@ class NatsServer:
             )
         config.chmod(0o600)
 
-    def reload(self, authorization: str | None, timeout_s: float = 10.0) -> None:
+    def reload(self, authorization: str | None, timeout_seconds: float = 10.0) -> None:
         """Replace the ``authorization`` config text and have the running server apply it
         (SIGHUP: nats-server's config reload; its users and permissions are reloadable, an
         ``auth_callout`` block is not). With a ``log_file``, returns once the server logged
         "Reloaded server configuration".
 
         Raises:
-            RuntimeError: the server is not running, or did not confirm within ``timeout_s``.
+            RuntimeError: the server is not running, or did not confirm within ``timeout_seconds``.
         """
         proc = self._proc
         if proc is None or proc.poll() is not None:
@@ -319,12 +319,14 @@ class NatsServer:
         os.kill(proc.pid, signal.SIGHUP)
         if self.log_file is None:
             return
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_seconds
         while not self._logged_since(offset, "Reloaded server configuration"):
             if failed := self._logged_since(offset, "Failed to reload"):
                 raise RuntimeError(f"nats-server refused the new config: {failed}")
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"nats-server did not reload its config within {timeout_s} s")
+                raise RuntimeError(
+                    f"nats-server did not reload its config within {timeout_seconds} s"
+                )
             time.sleep(0.005)
 
     def log_offset(self) -> int:
@@ -345,17 +347,17 @@ class NatsServer:
         """The first log line after ``offset`` that holds ``marker``, or ''."""
         return next((line.strip() for line in self.log_since(offset) if marker in line), "")
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Terminate (SIGTERM, then SIGKILL after ``timeout_s``); idempotent."""
+    def stop(self, timeout_seconds: float = 10.0) -> None:
+        """Terminate (SIGTERM, then SIGKILL after ``timeout_seconds``); idempotent."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
         try:
-            proc.wait(timeout_s)
+            proc.wait(timeout_seconds)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout_s)
+            proc.wait(timeout_seconds)
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); idempotent."""
@@ -365,7 +367,7 @@ class NatsServer:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
-    def restart(self, timeout_s: float = 15.0) -> str:
+    def restart(self, timeout_seconds: float = 15.0) -> str:
         """Stop and start again on the same storage and the same port."""
         self.stop()
-        return self.start(timeout_s)
+        return self.start(timeout_seconds)

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
-from actors.ownership import CLUSTER_MIN_TTL_S, LeaseOwnership
+from actors.ownership import CLUSTER_MIN_TTL_SECONDS, LeaseOwnership
 from actors.recorder import Recorder
 from actors.retention import Pruner
 from actors.scheduler import Scheduler
@@ -406,15 +406,15 @@ def make_scheduler(
     that applies the retention rules to the same partitions.
 
     Raises:
-        ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_S` and NATS is a cluster.
+        ConfigError: the lease TTL is below :data:`CLUSTER_MIN_TTL_SECONDS` and NATS is a cluster.
     """
     cluster, config = bus.cluster_name, settings.scheduler
     ttl_seconds = config.lease_ttl_seconds
-    if cluster and ttl_seconds < CLUSTER_MIN_TTL_S:
+    if cluster and ttl_seconds < CLUSTER_MIN_TTL_SECONDS:
         raise ConfigError(
             f"JOBSCHED_LEASE_TTL_SECONDS={ttl_seconds:g} is too short for the "
             f"NATS cluster {cluster!r}: a JetStream leader election would let every lease "
-            f'expire; set it to at least {CLUSTER_MIN_TTL_S:g} (README "High availability")'
+            f'expire; set it to at least {CLUSTER_MIN_TTL_SECONDS:g} (README "High availability")'
         )
     member = config.resolved_scheduler_id
     ownership = LeaseOwnership(

@@ -19,9 +19,9 @@ def create_store(url: str, *, timeout_seconds: float = 5.0) -> JobStore:
     if url.startswith(("mongodb://", "mongodb+srv://")):
         from store.mongo import MongoStore
 
-        return MongoStore(url, timeout_s=timeout_seconds)
+        return MongoStore(url, timeout_seconds=timeout_seconds)
     if "://" in url and not url.startswith("sqlite://"):
         raise ConfigError(f"unsupported store URL {url!r}: use sqlite:///path or mongodb://")
     from store.sqlite import SqliteStore, path_from_url
 
-    return SqliteStore(path_from_url(url), busy_timeout_s=timeout_seconds)
+    return SqliteStore(path_from_url(url), busy_timeout_seconds=timeout_seconds)

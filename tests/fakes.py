@@ -50,7 +50,7 @@ class FakeDelivery:
         self.stored_id = f"FAKE:{next(_sequence)}"
         self.settled: str | None = None
         """``ack``, ``nak`` or ``term`` once settled (the last verb wins, as on the server)."""
-        self.nak_delay_s: float | None = None
+        self.nak_delay_seconds: float | None = None
         self.in_progress_count = 0
         self.done = asyncio.Event()
         self.fail_settle = 0
@@ -68,8 +68,8 @@ class FakeDelivery:
     async def ack(self) -> None:
         await self._settle("ack")
 
-    async def nak(self, delay_s: float | None = None) -> None:
-        self.nak_delay_s = delay_s
+    async def nak(self, delay_seconds: float | None = None) -> None:
+        self.nak_delay_seconds = delay_seconds
         await self._settle("nak")
 
     async def in_progress(self) -> None:
@@ -101,14 +101,14 @@ class FakeConsumer:
         """End a waiting fetch now (empty), as its timeout would."""
         self._changed.set()
 
-    async def fetch(self, batch: int, timeout_s: float) -> Sequence[FakeDelivery]:
+    async def fetch(self, batch: int, timeout_seconds: float) -> Sequence[FakeDelivery]:
         if self.failures > 0:
             self.failures -= 1
             raise BusUnavailable("fake: pull request failed")
         if not self.ready and not self.missing:
             self._changed.clear()
             try:
-                async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout(timeout_seconds):
                     await self._changed.wait()
             except TimeoutError:
                 return []
@@ -319,7 +319,7 @@ class FakeBus:
 
     # --- Streams, WorkIntake, StatusReports, StatusIntake ------------------------------------
 
-    async def wait_for_streams(self, stop: asyncio.Event, *, interval_s: float = 1.0) -> bool:
+    async def wait_for_streams(self, stop: asyncio.Event, *, interval_seconds: float = 1.0) -> bool:
         return True
 
     def work_queue(self, queue: str) -> FakeConsumer:
@@ -387,12 +387,12 @@ class FakeLiveFeed:
         self.next_seq = max(1, start_seq)
         self.closed = False
 
-    async def next_batch(self, timeout_s: float) -> list[StoredEvent]:
+    async def next_batch(self, timeout_seconds: float) -> list[StoredEvent]:
         events = self.stream.events
         if len(events) < self.next_seq:
             self.stream.changed.clear()
             try:
-                async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout(timeout_seconds):
                     await self.stream.changed.wait()
             except TimeoutError:
                 return []
@@ -525,9 +525,9 @@ class FakeLeases:
         return LeaseSnapshot(frozenset(self.members), frozenset(self.keys))
 
 
-async def until(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
+async def until(condition: Callable[[], bool], *, timeout_seconds: float = 5.0) -> None:
     """Wait (real time, bounded) until ``condition()`` holds, checking at every loop turn."""
-    async with asyncio.timeout(timeout_s):
+    async with asyncio.timeout(timeout_seconds):
         while not condition():
             await asyncio.sleep(0.001)
 

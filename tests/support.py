@@ -134,35 +134,39 @@ class EventLog:
         return [e for e in self.events if execution_or_job_id in (e.execution_id, e.job_id)]
 
     async def wait_for(
-        self, predicate: Callable[[list[StatusEvent]], bool], *, timeout_s: float, what: str = ""
+        self,
+        predicate: Callable[[list[StatusEvent]], bool],
+        *,
+        timeout_seconds: float,
+        what: str = "",
     ) -> list[StatusEvent]:
         """Wait until ``predicate(events)`` holds. Raises TimeoutError naming ``what``."""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 async with self._changed:
                     await self._changed.wait_for(lambda: predicate(self.events))
         except TimeoutError:
             raise TimeoutError(
-                f"timed out after {timeout_s} s waiting for {what or predicate}; "
+                f"timed out after {timeout_seconds} s waiting for {what or predicate}; "
                 f"events: {[(e.execution_id[-30:], e.status, e.attempt) for e in self.events]}"
             ) from None
         return self.events
 
     async def wait_status(
-        self, job_id: str, status: ExecutionStatus, *, timeout_s: float, count: int = 1
+        self, job_id: str, status: ExecutionStatus, *, timeout_seconds: float, count: int = 1
     ) -> list[StatusEvent]:
         return await self.wait_for(
             lambda evs: sum(1 for e in evs if e.job_id == job_id and e.status == status) >= count,
-            timeout_s=timeout_s,
+            timeout_seconds=timeout_seconds,
             what=f"{count}x {status} of job {job_id}",
         )
 
 
 async def wait_job(
-    client: JobschedClient, job_id: str, statuses: Collection[str], *, timeout_s: float = 15.0
+    client: JobschedClient, job_id: str, statuses: Collection[str], *, timeout_seconds: float = 15.0
 ) -> Job:
     """Wait until the stored job reaches one of ``statuses`` (as recorded by the recorder)."""
-    return await client.wait_for_status(job_id, statuses, timeout_s=timeout_s)
+    return await client.wait_for_status(job_id, statuses, timeout_seconds=timeout_seconds)
 
 
 async def executions(client: JobschedClient, job_id: str) -> list[Execution]:
@@ -186,13 +190,13 @@ async def wait_executions(
     job_id: str,
     predicate: Callable[[list[Execution]], bool],
     *,
-    timeout_s: float = 15.0,
+    timeout_seconds: float = 15.0,
     what: str = "",
 ) -> list[Execution]:
     """Poll the job's executions until ``predicate`` holds."""
     runs: list[Execution] = []
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             while True:
                 runs = await executions(client, job_id)
                 if predicate(runs):
@@ -235,12 +239,12 @@ class Child:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
-    def terminate(self, timeout_s: float = 30.0) -> int:
+    def terminate(self, timeout_seconds: float = 30.0) -> int:
         """SIGTERM and wait; returns the exit code."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signal.SIGTERM)
         try:
-            return self.proc.wait(timeout_s)
+            return self.proc.wait(timeout_seconds)
         finally:
             self._log_file.close()
 

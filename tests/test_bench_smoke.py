@@ -71,7 +71,7 @@ SLOW_CASES = [
 
 NO_RESULTS_FILE = {"profile_report"}
 """Entry points that write no results file, so take no ``--no-save``."""
-TIMEOUT_S = 300
+TIMEOUT_SECONDS = 300
 
 # bench.failover is not here: its two schedulers often fail to balance the leases within its
 # wait (tests/faults/cluster.py wait_balanced) on a loaded machine, a flake to fix first.
@@ -106,9 +106,9 @@ class Runs:
         self.procs[case] = (cmd, proc)
 
     def stdout(self, case: str) -> str:
-        """Its stdout once it exited; fails the test on a non-zero exit or after TIMEOUT_S."""
+        """Its stdout once it exited; fails the test on a non-zero exit or after TIMEOUT_SECONDS."""
         cmd, proc = self.procs[case]
-        rc = proc.wait(TIMEOUT_S)
+        rc = proc.wait(TIMEOUT_SECONDS)
         err = (self.out_dir / f"{case}.err").read_text(errors="replace")
         assert rc == 0, f"{' '.join(cmd)} exited {rc}:\n{err[-3000:]}"
         return (self.out_dir / f"{case}.out").read_text(errors="replace")

@@ -54,7 +54,7 @@ SECRET_EXAMPLE = "secret.example.yaml"
 KUBERNETES_VERSIONS = ("1.30", "1.35")
 """1.30: the oldest the manifests need (the preStop ``sleep`` action); 1.35: a recent one."""
 ROLES = ("gateway", "scheduler", "worker")
-NATS_PING_TIMEOUT_S = 2  # Bus.ping
+NATS_PING_TIMEOUT_SECONDS = 2  # Bus.ping
 MONITORING_PORT = 8222
 
 Doc = dict[str, Any]
@@ -430,7 +430,7 @@ def test_every_role_is_probed_on_healthz_and_readyz_where_it_serves_them(
             probe = c[kind]
             assert probe["httpGet"]["path"] == path, (c["name"], kind)
             assert probe_port(deployment, probe) == serves, (c["name"], kind)
-        checks: list[float] = [NATS_PING_TIMEOUT_S]
+        checks: list[float] = [NATS_PING_TIMEOUT_SECONDS]
         if role_of(deployment) != "worker":
             checks.append(settings.store.timeout_seconds)
         assert c["readinessProbe"]["timeoutSeconds"] > max(checks), c["name"]
@@ -709,7 +709,7 @@ async def test_the_trigger_reads_the_queue_depth_from_a_real_nats_server(
         consumer = await bus.work_consumer(queue)  # as a worker creates it
         for i in range(3):
             await bus.js.publish(bus.config.work_subject(queue, f"e{i}"), b"{}")
-        (held,) = await consumer.fetch(1, timeout_s=5)  # one running, two waiting
+        (held,) = await consumer.fetch(1, timeout_seconds=5)  # one running, two waiting
         # KEDA's query (natsServerMonitoringEndpoint → this server's monitoring address).
         url = f"{monitored_nats.monitor_url}/jsz?acc={meta['account']}&consumers=true&config=true"
         async with aiohttp.ClientSession() as http, http.get(url) as resp:

@@ -143,9 +143,11 @@ def cluster(nats_binary: str, tmp_path: Path, secrets_dir: Path) -> Iterator[dic
             node.stop()
 
 
-async def until_status(nodes: list[Node], path: str, status: int, timeout_s: float = 30) -> None:
+async def until_status(
+    nodes: list[Node], path: str, status: int, timeout_seconds: float = 30
+) -> None:
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             while any(n.status(path) != status for n in nodes):
                 await asyncio.sleep(0.1)
     except TimeoutError:

@@ -107,13 +107,13 @@ class MongoStore:
     Args:
         url: ``mongodb://…`` or ``mongodb+srv://…``; its path names the database (default
             ``jobsched``). Options in the URL win over the defaults below.
-        timeout_s: server selection and connect timeout (seconds): how long a call waits for a
+        timeout_seconds: server selection and connect timeout (seconds): how long a call waits for a
             reachable primary before it fails with :class:`StoreUnavailable`, so a gateway answers
             503 quickly.
-        operation_timeout_s: how long one round trip may take, majority acknowledgement included,
-            before the connection is dropped and the call fails with :class:`StoreUnavailable`
-            (``socketTimeoutMS``; not PyMongo's ``timeoutMS``, which would also stretch server
-            selection to this long).
+        operation_timeout_seconds: how long one round trip may take, majority acknowledgement
+            included, before the connection is dropped and the call fails with
+            :class:`StoreUnavailable` (``socketTimeoutMS``; not PyMongo's ``timeoutMS``, which
+            would also stretch server selection to this long).
         client: an existing client to use instead of creating one (tests pass an in-process
             fake). The store does not close a client it did not create.
     """
@@ -122,14 +122,14 @@ class MongoStore:
         self,
         url: str,
         *,
-        timeout_s: float = 5.0,
-        operation_timeout_s: float = 30.0,
+        timeout_seconds: float = 5.0,
+        operation_timeout_seconds: float = 30.0,
         client: AsyncMongoClient[Document] | None = None,
     ) -> None:
         self.url = url
         self.database_name = database_name(url)
-        self._timeout_ms = int(timeout_s * 1000)
-        self._operation_timeout_ms = int(operation_timeout_s * 1000)
+        self._timeout_ms = int(timeout_seconds * 1000)
+        self._operation_timeout_ms = int(operation_timeout_seconds * 1000)
         self._given_client = client
         self._client: AsyncMongoClient[Document] | None = None
         self._db: AsyncDatabase[Document] | None = None

@@ -93,13 +93,13 @@ class SqliteStore:
 
     Args:
         path: the database file; its directory is created if missing.
-        busy_timeout_s: how long a write waits for another process's lock before the store
+        busy_timeout_seconds: how long a write waits for another process's lock before the store
             reports :class:`StoreUnavailable` (seconds).
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_seconds: float = 5.0) -> None:
         self.path = Path(path)
-        self._busy_timeout_ms = int(busy_timeout_s * 1000)
+        self._busy_timeout_ms = int(busy_timeout_seconds * 1000)
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._write_lock = asyncio.Lock()

@@ -145,11 +145,11 @@ async def test_scheduler_and_worker_processes_serve_the_probes_on_the_metrics_po
     assert body["checks"] == dict.fromkeys(checks, "ok")
 
 
-async def wait_ready(url: str, ready: bool, timeout_s: float = 20.0) -> dict[str, Any]:
+async def wait_ready(url: str, ready: bool, timeout_seconds: float = 20.0) -> dict[str, Any]:
     """Poll ``url`` (``/readyz``) until it answers 200 (``ready``) or 503 (not), bounded; a
     server not listening yet counts as no answer."""
     want = 200 if ready else 503
-    async with asyncio.timeout(timeout_s):
+    async with asyncio.timeout(timeout_seconds):
         while True:
             with contextlib.suppress(aiohttp.ClientConnectorError):
                 status, body = await get(url)

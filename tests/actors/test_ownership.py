@@ -35,7 +35,7 @@ async def member(
         name,
         partitions,
         ttl_seconds=ttl_seconds,
-        round_s=0.2,
+        round_seconds=0.2,
         metrics=metrics,
     )
     task = asyncio.create_task(ownership.run(lambda _p: None, lambda _p: None))
@@ -48,15 +48,15 @@ async def member(
         await bus.close()
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
+async def until(predicate: Callable[[], bool], timeout_seconds: float) -> None:
+    async with asyncio.timeout(timeout_seconds):
         while not predicate():
             await asyncio.sleep(0.05)
 
 
 async def test_two_members_split_the_partitions(nats_server: NatsServer, prefix: str) -> None:
     async with member(nats_server.url, prefix, "a") as a, member(nats_server.url, prefix, "b") as b:
-        await until(lambda: len(a.owned) == 8 and len(b.owned) == 8, timeout_s=15)
+        await until(lambda: len(a.owned) == 8 and len(b.owned) == 8, timeout_seconds=15)
         assert not (a.owned & b.owned)
         assert a.owned | b.owned == frozenset(range(16))
 
@@ -66,9 +66,9 @@ async def test_a_clean_stop_hands_partitions_over_without_waiting_for_the_ttl(
 ) -> None:
     async with member(nats_server.url, prefix, "a", ttl_seconds=30.0) as a:
         async with member(nats_server.url, prefix, "b", ttl_seconds=30.0) as b:
-            await until(lambda: len(a.owned) == 8 and len(b.owned) == 8, timeout_s=15)
+            await until(lambda: len(a.owned) == 8 and len(b.owned) == 8, timeout_seconds=15)
         stopped = time.monotonic()
-        await until(lambda: len(a.owned) == 16, timeout_s=10)
+        await until(lambda: len(a.owned) == 16, timeout_seconds=10)
         assert time.monotonic() - stopped < 10, "took over long before the 30 s TTL"
 
 
@@ -82,13 +82,13 @@ async def test_a_member_that_cannot_renew_stops_owning_before_the_lease_expires(
         return metrics.registry.get_sample_value("jobsched_lease_losses_total", {"reason": reason})
 
     async with member(own_nats.url, prefix, "a", ttl_seconds=ttl, metrics=metrics) as a:
-        await until(lambda: len(a.owned) == 16, timeout_s=10)
+        await until(lambda: len(a.owned) == 16, timeout_seconds=10)
         assert losses("fenced") == 0
         own_nats.kill()
         killed = time.monotonic()
-        await until(lambda: not a.owned, timeout_s=ttl)
+        await until(lambda: not a.owned, timeout_seconds=ttl)
         assert time.monotonic() - killed <= VALIDITY * ttl + 0.1
-        await until(lambda: losses("fenced") == 16, timeout_s=30)
+        await until(lambda: losses("fenced") == 16, timeout_seconds=30)
     assert losses("taken") == 0
 
 
@@ -144,17 +144,19 @@ async def test_an_outage_shorter_than_the_ttl_fences_leases_without_losing_them(
     bus = Bus(BusConfig(servers=[own_nats.url], prefix=prefix))
     await bus.connect()
     ttl = 30.0
-    a = LeaseOwnership(LeaseBucket(bus, ttl_seconds=ttl), "a", 16, ttl_seconds=ttl, round_s=0.2)
+    a = LeaseOwnership(
+        LeaseBucket(bus, ttl_seconds=ttl), "a", 16, ttl_seconds=ttl, round_seconds=0.2
+    )
     task = asyncio.create_task(a.run(gained.append, lambda _p: None))
     try:
-        await until(lambda: len(a.owned) == 16, timeout_s=10)
+        await until(lambda: len(a.owned) == 16, timeout_seconds=10)
         own_nats.kill()
         for lease in a._leases.values():  # as if 0.75 x TTL had passed without a renewal
             lease.valid_until = time.monotonic()
-        await until(lambda: "could not renew 16 lease(s)" in caplog.text, timeout_s=15)
+        await until(lambda: "could not renew 16 lease(s)" in caplog.text, timeout_seconds=15)
         assert not a.owned
         own_nats.start()
-        await until(lambda: len(a.owned) == 16, timeout_s=10)
+        await until(lambda: len(a.owned) == 16, timeout_seconds=10)
         assert gained[-1] == frozenset(range(16)), "owned again by renewing the fenced leases"
     finally:
         a.stop()

@@ -18,7 +18,7 @@ from core.clock import FakeClock
 from tests.actors.harness import T0
 from tests.fakes import FakeLeases
 
-TTL_S = 3.0  # renewals every 1 s, leases valid for 2.25 s after each
+TTL_SECONDS = 3.0  # renewals every 1 s, leases valid for 2.25 s after each
 
 
 @dataclass
@@ -56,8 +56,8 @@ async def ownership_rig(
         leases,
         "a",
         partitions,
-        ttl_seconds=TTL_S,
-        round_s=1.0,
+        ttl_seconds=TTL_SECONDS,
+        round_seconds=1.0,
         clock=clock,
         monotonic=monotonic,
     )

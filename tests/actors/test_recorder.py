@@ -66,9 +66,11 @@ def status(job_id: str, status: ExecutionStatus, attempt: int = 1, **fields: obj
     return msgspec.structs.replace(event, **fields)
 
 
-async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15) -> None:
+async def until(
+    condition: Callable[[], Awaitable[bool]], what: str, timeout_seconds: float = 15
+) -> None:
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             while not await condition():
                 await asyncio.sleep(0.05)
     except TimeoutError:
@@ -130,7 +132,7 @@ async def test_a_redelivered_poison_event_is_stored_once(bus: Bus, store: JobSto
     for _ in range(2):
         consumer = await bus.recorder_consumer()
         try:
-            [delivery] = await consumer.fetch(16, timeout_s=5.0)
+            [delivery] = await consumer.fetch(16, timeout_seconds=5.0)
         finally:
             await consumer.close()
         ids.append(delivery.stored_id)

@@ -28,7 +28,7 @@ from tests.store.test_contract import OWNER, at, make_job
 from tests.store.test_contract_retention import run
 
 PARTITIONS = 8
-KEEP_3 = Retention(keep_last=3, max_age_s=None)
+KEEP_3 = Retention(keep_last=3, max_age_seconds=None)
 SUCCEEDED = ExecutionStatus.SUCCEEDED
 
 
@@ -79,8 +79,8 @@ async def kept(store: SqliteStore, job: Job) -> int:
     return len(page.items)
 
 
-async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
+async def until(condition: Callable[[], Awaitable[bool]], timeout_seconds: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_seconds):
         while not await condition():
             await asyncio.sleep(0.01)
 
@@ -112,7 +112,7 @@ def pruner_of(
         RetentionConfig(
             partitions=PARTITIONS,
             history_limit=default.keep_last or 0,
-            history_max_age_seconds=default.max_age_s or 0,
+            history_max_age_seconds=default.max_age_seconds or 0,
             **config,
         ),
         ownership=StaticOwnership(owned),
@@ -168,7 +168,7 @@ async def test_the_sweep_ages_out_the_history_of_a_job_that_no_longer_runs(
     clock = FakeClock(at(20))
     latest = execution_id("job-1", at(5))
     job = await with_runs(store, a_job("job-1", last_execution_id=latest), range(1, 6))
-    day = Retention(keep_last=None, max_age_s=86400)
+    day = Retention(keep_last=None, max_age_seconds=86400)
     async with running(pruner_of(store, bus, clock, default=day, sweep_interval_seconds=3600)):
         await until(lambda: _true(len(store.prunes) >= 1))
         assert await kept(store, job) == 5
@@ -207,7 +207,7 @@ async def test_a_job_with_its_own_limit_keeps_that_many(store: CountingStore, bu
 async def test_no_rule_prunes_nothing(store: CountingStore, bus: Bus) -> None:
     clock = FakeClock(at(100))
     job = await with_runs(store, a_job("job-1"), range(1, 21))
-    pruner = pruner_of(store, bus, clock, default=Retention(keep_last=None, max_age_s=None))
+    pruner = pruner_of(store, bus, clock, default=Retention(keep_last=None, max_age_seconds=None))
 
     async with running(pruner):
         await until(lambda: _true(pruner.idle))

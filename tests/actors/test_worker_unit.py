@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from actors.worker import RETRY_AFTER_MAX_S, Worker
+from actors.worker import RETRY_AFTER_MAX_SECONDS, Worker
 from core.clock import FakeClock
 from core.ids import execution_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
@@ -63,7 +63,7 @@ class Gate:
 
         @catalog.task("later", params=Count)
         async def later(params: Count, ctx: TaskContext) -> None:
-            raise TaskError("HTTP 503 from GET https://example.com/", retry_after_s=params.n)
+            raise TaskError("HTTP 503 from GET https://example.com/", retry_after_seconds=params.n)
 
         @catalog.task("count", params=Count)
         async def count(params: Count, ctx: TaskContext) -> int:
@@ -168,9 +168,11 @@ async def test_a_failed_attempt_is_retried_with_a_backoff_delay() -> None:
         assert await rig.settled(d) == "nak"
         assert rig.statuses() == [S.RUNNING, S.RETRYING]
         retrying = rig.last()
-        assert d.nak_delay_s is not None and 1.6 <= d.nak_delay_s <= 2.4  # 2 s ± 20 % jitter
+        assert (
+            d.nak_delay_seconds is not None and 1.6 <= d.nak_delay_seconds <= 2.4
+        )  # 2 s ± 20 % jitter
         assert retrying.next_attempt_at is not None
-        assert abs((retrying.next_attempt_at - T0).total_seconds() - d.nak_delay_s) < 0.001
+        assert abs((retrying.next_attempt_at - T0).total_seconds() - d.nak_delay_seconds) < 0.001
         assert retrying.error == "RuntimeError: boom"
 
 
@@ -181,8 +183,8 @@ async def test_the_backoff_grows_with_the_attempt_up_to_its_cap() -> None:
             message = run("fail", job_id=f"j{attempt}", max_attempts=10)
             d = rig.deliver(message, num_delivered=attempt)
             await rig.settled(d)
-            assert d.nak_delay_s is not None
-            delays.append(d.nak_delay_s)
+            assert d.nak_delay_seconds is not None
+            delays.append(d.nak_delay_seconds)
 
         assert 1.6 <= delays[0] <= 2.4 and 3.2 <= delays[1] <= 4.8
         assert delays[2] == delays[3] == 5.0
@@ -211,7 +213,7 @@ async def test_a_retry_after_delays_the_next_attempt_beyond_the_backoff() -> Non
         d = rig.deliver(run("later", max_attempts=3, parameters={"n": 30}))
 
         assert await rig.settled(d) == "nak"
-        assert d.nak_delay_s == 30.0
+        assert d.nak_delay_seconds == 30.0
         assert rig.last().next_attempt_at == T0 + timedelta(seconds=30)
 
 
@@ -220,7 +222,7 @@ async def test_a_short_retry_after_does_not_shorten_the_backoff() -> None:
         d = rig.deliver(run("later", max_attempts=3, parameters={"n": 1}))
 
         await rig.settled(d)
-        assert d.nak_delay_s is not None and 8.0 <= d.nak_delay_s <= 12.0
+        assert d.nak_delay_seconds is not None and 8.0 <= d.nak_delay_seconds <= 12.0
 
 
 async def test_a_retry_after_is_capped() -> None:
@@ -228,7 +230,7 @@ async def test_a_retry_after_is_capped() -> None:
         d = rig.deliver(run("later", max_attempts=3, parameters={"n": 10**9}))
 
         await rig.settled(d)
-        assert d.nak_delay_s == RETRY_AFTER_MAX_S
+        assert d.nak_delay_seconds == RETRY_AFTER_MAX_SECONDS
 
 
 async def test_attempts_spent_before_publication_count() -> None:

@@ -69,11 +69,11 @@ def report(job_id: str, status: ExecutionStatus, attempt: int = 1) -> StatusEven
     )
 
 
-async def fetch_all(consumer: Consumer, *, quiet_s: float = 0.3) -> list[Delivery]:
-    """Everything the consumer hands out until it stays quiet for ``quiet_s`` seconds."""
+async def fetch_all(consumer: Consumer, *, quiet_seconds: float = 0.3) -> list[Delivery]:
+    """Everything the consumer hands out until it stays quiet for ``quiet_seconds`` seconds."""
     out: list[Delivery] = []
     async with asyncio.timeout(10):
-        while batch := await consumer.fetch(100, timeout_s=quiet_s):
+        while batch := await consumer.fetch(100, timeout_seconds=quiet_seconds):
             out += batch
     return out
 
@@ -102,7 +102,7 @@ async def test_a_run_is_held_until_a_worker_acks_or_terminates_it(bus: AnyBus) -
         by_id = {d.msg_id: d for d in await fetch_all(consumer)}
         await by_id[a.msg_id].ack()
         await by_id[b.msg_id].term()
-        await by_id[c.msg_id].nak(delay_s=30)
+        await by_id[c.msg_id].nak(delay_seconds=30)
 
         async with asyncio.timeout(5):
             while await bus.runs_in_stream(ids) != {c.execution_id}:
@@ -149,7 +149,7 @@ async def test_a_fetch_from_an_empty_queue_returns_nothing_after_its_timeout(
 ) -> None:
     consumer = await bus.work_consumer("empty")
     try:
-        assert list(await consumer.fetch(10, timeout_s=0.2)) == []
+        assert list(await consumer.fetch(10, timeout_seconds=0.2)) == []
     finally:
         await consumer.close()
 

@@ -157,8 +157,8 @@ def test_a_request_that_is_not_the_servers_is_rejected(
         parse_request(server_request(**overrides), ISSUER.public_key)
 
 
-def grant_for(user: str, ttl_s: float = 600) -> Grant:
-    return Grant(user, datetime.now(UTC) + timedelta(seconds=ttl_s))
+def grant_for(user: str, ttl_seconds: float = 600) -> Grant:
+    return Grant(user, datetime.now(UTC) + timedelta(seconds=ttl_seconds))
 
 
 def request() -> AuthRequest:
@@ -212,7 +212,7 @@ def test_a_refused_client_gets_the_reason_and_never_its_token_back() -> None:
     no_token = AuthRequest(server_id=SERVER.public_key, user_nkey=USER_NKEY, token="", client="c")
     assert "no token" in refusal_of(lambda t: grant_for("alice"), no_token)
     # a token within PyJWT's leeway after its expiry would give a user JWT already expired
-    assert "expired" in refusal_of(lambda t: grant_for("alice", ttl_s=-10))
+    assert "expired" in refusal_of(lambda t: grant_for("alice", ttl_seconds=-10))
 
 
 @pytest.mark.parametrize("user", ["alice", "a.b", "*", ">", "a b", "ünï.cødé>", "x" * 256])

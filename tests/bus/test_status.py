@@ -88,7 +88,7 @@ async def test_a_stream_without_direct_gets_fails_the_read_clearly(bus: Bus) -> 
     info = await bus.js.stream_info(bus.config.status_stream)
     info.config.allow_direct = False
     await bus.js.update_stream(info.config)
-    reader = StatusReader(bus, timeout_s=2)
+    reader = StatusReader(bus, timeout_seconds=2)
     with pytest.raises(BusUnavailable):
         await reader.read(bus.config.status_filter("alice"), 1, batch=10, max_bytes=1 << 20)
 

@@ -14,7 +14,7 @@ import pytest
 from core.clock import FakeClock, SystemClock
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-BOUND_S = 2.0
+BOUND_SECONDS = 2.0
 
 
 async def settle() -> None:
@@ -36,14 +36,14 @@ class Sleeper:
         self.woke_at = self.clock.now()
 
     async def done(self) -> datetime:
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(BOUND_SECONDS):
             await self.task
         assert self.woke_at is not None
         return self.woke_at
 
     async def cancel(self) -> None:
         self.task.cancel()
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(BOUND_SECONDS):
             await asyncio.gather(self.task, return_exceptions=True)
 
 
@@ -120,7 +120,7 @@ async def test_sleep_until_returns_at_once_when_due_or_woken() -> None:
     woken = asyncio.Event()
     woken.set()
 
-    async with asyncio.timeout(BOUND_S):
+    async with asyncio.timeout(BOUND_SECONDS):
         await clock.sleep_until(T0, asyncio.Event())
         await clock.sleep_until(T0 - timedelta(seconds=1), asyncio.Event())
         await clock.sleep_until(T0 + timedelta(days=1), woken)
@@ -172,5 +172,5 @@ async def test_system_clock_sleep_until_a_past_deadline_or_when_woken(woken: boo
         wake.set()
         deadline = clock.now() + timedelta(hours=1)
 
-    async with asyncio.timeout(BOUND_S):
+    async with asyncio.timeout(BOUND_SECONDS):
         await clock.sleep_until(deadline, wake)

@@ -233,7 +233,7 @@ def a_job(**fields: Any) -> Job:
     )
 
 
-DEFAULT = Retention(keep_last=1000, max_age_s=86400)
+DEFAULT = Retention(keep_last=1000, max_age_seconds=86400)
 
 
 def test_a_job_without_its_own_retention_follows_the_deployment() -> None:
@@ -250,21 +250,21 @@ def test_a_job_s_own_values_win_one_by_one() -> None:
     own_limit = a_job(history_limit=5)
     own_age = a_job(history_max_age_seconds=120.0)
 
-    assert retention_of(own_limit, DEFAULT) == Retention(keep_last=5, max_age_s=86400)
-    assert retention_of(own_age, DEFAULT) == Retention(keep_last=1000, max_age_s=120.0)
-    target = prune_target(own_age, Retention(keep_last=None, max_age_s=None), T0)
+    assert retention_of(own_limit, DEFAULT) == Retention(keep_last=5, max_age_seconds=86400)
+    assert retention_of(own_age, DEFAULT) == Retention(keep_last=1000, max_age_seconds=120.0)
+    target = prune_target(own_age, Retention(keep_last=None, max_age_seconds=None), T0)
     assert target is not None
     assert (target.keep_last, target.finished_before) == (None, T0 - timedelta(minutes=2))
 
 
 def test_no_rule_means_nothing_to_prune() -> None:
-    assert prune_target(a_job(), Retention(keep_last=None, max_age_s=None), T0) is None
+    assert prune_target(a_job(), Retention(keep_last=None, max_age_seconds=None), T0) is None
 
 
 def test_the_deployment_default_reads_zero_as_no_limit() -> None:
-    assert Retention.of_settings(0, 0) == Retention(keep_last=None, max_age_s=None)
-    assert Retention.of_settings(100, 3600) == Retention(keep_last=100, max_age_s=3600)
+    assert Retention.of_settings(0, 0) == Retention(keep_last=None, max_age_seconds=None)
+    assert Retention.of_settings(100, 3600) == Retention(keep_last=100, max_age_seconds=3600)
     settings = Settings()
     assert Retention.of_settings(
         settings.retention.history_limit, settings.retention.history_max_age_seconds
-    ) == (Retention(keep_last=1000, max_age_s=30 * 86400))
+    ) == (Retention(keep_last=1000, max_age_seconds=30 * 86400))

@@ -91,7 +91,11 @@ def test_the_active_jobs_quota_names_its_limit_and_gives_no_retry_time() -> None
     check_active_jobs(quotas, 2)
     with pytest.raises(QuotaExceeded) as info:
         check_active_jobs(quotas, 3)
-    assert (info.value.limit, info.value.value, info.value.retry_after_s) == ("activeJobs", 3, None)
+    assert (info.value.limit, info.value.value, info.value.retry_after_seconds) == (
+        "activeJobs",
+        3,
+        None,
+    )
     assert info.value.status == 429 and info.value.code == "quota_exceeded"
     check_active_jobs(UNLIMITED, 10**9)
 

@@ -27,7 +27,7 @@ from core.model import (
     Schedule,
 )
 from core.schedule import (
-    DEFAULT_MISFIRE_GRACE_S,
+    DEFAULT_MISFIRE_GRACE_SECONDS,
     MAX_ON_TIME,
     DuePlan,
     Misfire,
@@ -115,23 +115,25 @@ def test_normalize_accepts_a_slightly_late_execute_at_in_utc_milliseconds() -> N
 
 
 @pytest.mark.parametrize(
-    ("late_s", "grace_s", "accepted"),
+    ("late_seconds", "grace_seconds", "accepted"),
     [
-        (DEFAULT_MISFIRE_GRACE_S, DEFAULT_MISFIRE_GRACE_S, True),
-        (DEFAULT_MISFIRE_GRACE_S + 0.001, DEFAULT_MISFIRE_GRACE_S, False),
+        (DEFAULT_MISFIRE_GRACE_SECONDS, DEFAULT_MISFIRE_GRACE_SECONDS, True),
+        (DEFAULT_MISFIRE_GRACE_SECONDS + 0.001, DEFAULT_MISFIRE_GRACE_SECONDS, False),
         (5.0, 5.0, True),
         (5.001, 5.0, False),
         (-3600.0, 5.0, True),
     ],
 )
-def test_normalize_grace_boundary(late_s: float, grace_s: float, accepted: bool) -> None:
-    schedule = OnceSchedule(execute_at=NOW - timedelta(seconds=late_s))
+def test_normalize_grace_boundary(
+    late_seconds: float, grace_seconds: float, accepted: bool
+) -> None:
+    schedule = OnceSchedule(execute_at=NOW - timedelta(seconds=late_seconds))
 
     if accepted:
-        assert normalize(schedule, NOW, grace_s=grace_s) == schedule
+        assert normalize(schedule, NOW, grace_seconds=grace_seconds) == schedule
     else:
         with pytest.raises(InvalidRequest):
-            normalize(schedule, NOW, grace_s=grace_s)
+            normalize(schedule, NOW, grace_seconds=grace_seconds)
 
 
 @pytest.mark.parametrize("expression", ["61 * * * *", "* * *", "0 0 30 2 *", "@reboot", ""])
@@ -276,7 +278,7 @@ def test_an_on_time_run_has_no_misfire() -> None:
 
 def test_a_run_late_by_exactly_the_grace_is_on_time() -> None:
     occurrence = utc("2026-06-01T10:00:00Z")
-    now = occurrence + timedelta(seconds=DEFAULT_MISFIRE_GRACE_S)
+    now = occurrence + timedelta(seconds=DEFAULT_MISFIRE_GRACE_SECONDS)
 
     # 10:00 is exactly the grace late, 10:01 is due now: both are on time and both run.
     assert plan_due(MINUTELY, occurrence, now) == DuePlan(
@@ -308,7 +310,7 @@ def test_misfire_policies(policy: MisfirePolicy, runs: list[str], missed: int) -
         MINUTELY,
         utc("2026-06-01T10:01:00Z"),
         utc("2026-06-01T10:20:45Z"),
-        grace_s=30,
+        grace_seconds=30,
         policy=policy,
         max_catch_up=10,
     )
@@ -399,7 +401,7 @@ def test_a_cron_misfire_in_a_zone_reports_wall_clock_occurrences() -> None:
 
 
 @pytest.mark.parametrize(
-    ("every_s", "late", "run_for", "missed", "last_missed"),
+    ("every_seconds", "late", "run_for", "missed", "last_missed"),
     [
         # due T, T+60, …, T+600 (11 occurrences): run T+600, 10 missed (T … T+540)
         (60, timedelta(minutes=10, seconds=30), timedelta(minutes=10), 10, timedelta(minutes=9)),
@@ -410,14 +412,14 @@ def test_a_cron_misfire_in_a_zone_reports_wall_clock_occurrences() -> None:
     ],
 )
 def test_an_interval_misfire_runs_the_latest_due_occurrence(
-    every_s: float, late: timedelta, run_for: timedelta, missed: int, last_missed: timedelta
+    every_seconds: float, late: timedelta, run_for: timedelta, missed: int, last_missed: timedelta
 ) -> None:
     t = utc("2026-06-01T08:00:00Z")
-    plan = plan_due(IntervalSchedule(every_seconds=every_s), t, t + late)
+    plan = plan_due(IntervalSchedule(every_seconds=every_seconds), t, t + late)
 
     assert plan == DuePlan(
         (t + run_for,),
-        t + run_for + timedelta(seconds=every_s),
+        t + run_for + timedelta(seconds=every_seconds),
         Misfire(missed, t, t + last_missed, MisfirePolicy.RUN_ONCE),
     )
 
@@ -503,14 +505,14 @@ def test_interval_plans_computed_in_constant_time_equal_stepping_through_every_o
             k = rng.randrange(0, 3000)
             end_at = start + k * (step - start) + timedelta(milliseconds=rng.choice([-1, 0, 0, 1]))
         schedule = IntervalSchedule(every_seconds=every, start_at=start, end_at=end_at)
-        grace_s = rng.randrange(0, 3000 * int(every_ms) + 1) / 1000
+        grace_seconds = rng.randrange(0, 3000 * int(every_ms) + 1) / 1000
         policy = rng.choice(list(MisfirePolicy))
         keep = rng.choice([1, 3, 10])
-        cases.append((schedule, start, now, grace_s, policy, keep))
+        cases.append((schedule, start, now, grace_seconds, policy, keep))
 
     def plans() -> list[DuePlan]:
         return [
-            plan_due(s, start, now, grace_s=grace, policy=policy, max_catch_up=keep)
+            plan_due(s, start, now, grace_seconds=grace, policy=policy, max_catch_up=keep)
             for s, start, now, grace, policy, keep in cases
         ]
 
@@ -530,7 +532,7 @@ def test_at_most_max_on_time_occurrences_within_the_grace_are_planned_at_once() 
     due = NOW - timedelta(minutes=1)
     every = IntervalSchedule(every_seconds=0.001)
 
-    plan = plan_due(every, due, NOW, grace_s=7 * 86400, policy=MisfirePolicy.SKIP)
+    plan = plan_due(every, due, NOW, grace_seconds=7 * 86400, policy=MisfirePolicy.SKIP)
 
     assert len(plan.runs) == MAX_ON_TIME
     assert plan.runs[0] == NOW - timedelta(milliseconds=MAX_ON_TIME - 1)

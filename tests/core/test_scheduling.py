@@ -180,8 +180,8 @@ def test_a_full_scan_ends_the_window_at_its_last_job() -> None:
 
 
 def test_a_job_whose_next_occurrence_is_past_the_window_leaves_the_heap() -> None:
-    for lookahead_s, expected in ((30.0, None), (120.0, at(70))):
-        s = state(lookahead_seconds=lookahead_s)
+    for lookahead_seconds, expected in ((30.0, None), (120.0, at(70))):
+        s = state(lookahead_seconds=lookahead_seconds)
         scanned(s, [job("j1", 10)])
         assert s.due(at(10)) == ["j1"]
 

@@ -301,7 +301,7 @@ def test_the_derived_values_are_the_sections_properties() -> None:
     assert s.scheduler.resolved_redispatch_after_seconds == 14.0
     explicit = s.changed(redispatch_after_seconds=3)
     assert explicit.scheduler.resolved_redispatch_after_seconds == 3.0
-    assert s.retention.default == Retention(keep_last=None, max_age_s=60.0)
+    assert s.retention.default == Retention(keep_last=None, max_age_seconds=60.0)
     assert s.resolved_store_url == "sqlite:////var/jobs/jobsched.db"
     assert s.worker.resolved_data_dir == "/var/jobs"
     assert s.worker.resolved_worker_id == s.scheduler.resolved_scheduler_id != ""

@@ -87,13 +87,13 @@ async def test_s06_poison_messages_are_terminated_and_recorded(stack: Stack, pre
             await nc.close()
         healthy = await client.create_job({"taskId": "noop"})
         await wait_job(client, healthy.id, {"SUCCEEDED"})
-        done = await wait_job(client, poison.id, {"FAILED"}, timeout_s=20)
+        done = await wait_job(client, poison.id, {"FAILED"}, timeout_seconds=20)
         await log.wait_for(
             lambda evs: (
                 any(e.execution_id == later_exec and e.status == "FAILED" for e in evs)
                 and any(e.execution_id == ghost.execution_id and e.status == "FAILED" for e in evs)
             ),
-            timeout_s=10,
+            timeout_seconds=10,
             what="FAILED for the undecodable and the unknown-task messages",
         )
     running = [e.attempt for e in log.of(poison.id) if e.status == ExecutionStatus.RUNNING]
@@ -130,7 +130,7 @@ async def test_s07_each_occurrence_has_its_own_message_id(
         assert job.next_run_at == datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
         for minute in range(5):
             await clock.set(datetime(2026, 6, 1, 10, minute, tzinfo=UTC))
-            await wait_executions(client, job.id, succeeded(minute + 1), timeout_s=10)
+            await wait_executions(client, job.id, succeeded(minute + 1), timeout_seconds=10)
         runs = await wait_executions(
             client, job.id, lambda rs: len(rs) == 5 and all(r.status == "SUCCEEDED" for r in rs)
         )

@@ -40,10 +40,10 @@ class GatewayProcess:
             f.seek(offset)
             return f.read().decode(errors="replace")
 
-    async def wait_log(self, offset: int, pattern: str, timeout_s: float = 10.0) -> str:
+    async def wait_log(self, offset: int, pattern: str, timeout_seconds: float = 10.0) -> str:
         """The log written since ``offset`` once it matches ``pattern`` (a regex)."""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 while not re.search(pattern, text := self.log_since(offset)):
                     await asyncio.sleep(0.02)
         except TimeoutError:

@@ -70,10 +70,10 @@ async def test_cancel_stops_a_running_run_and_every_later_one(stack: Stack, pref
                 "schedule": {"type": "interval", "everySeconds": 1},
             }
         )
-        await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=10)
+        await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_seconds=10)
         cancelled = await client.cancel_job(job.id)
         assert (cancelled.status, cancelled.next_run_at) == (JobStatus.CANCELLED, None)
-        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_s=10)
+        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_seconds=10)
     runs = await wait_executions(
         client,
         job.id,
@@ -122,9 +122,9 @@ async def test_delete_removes_the_job_and_cancels_its_run(stack: Stack, prefix: 
     client = stack.client()
     async with EventLog(stack.settings.nats.url, prefix) as log:
         job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 60}})
-        await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=10)
+        await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_seconds=10)
         await client.delete_job(job.id)
-        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_s=10)
+        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_seconds=10)
     assert (await api_error(client.get_job(job.id))).status == 404
     assert (await api_error(client.delete_job(job.id))).status == 404
 
@@ -194,7 +194,7 @@ async def overlapping(stack: Stack, prefix: str, policy: str, *, runs: int) -> l
                 sum(1 for e in evs if e.job_id == job.id and e.status in ("SUCCEEDED", "CANCELLED"))
                 >= runs
             ),
-            timeout_s=30,
+            timeout_seconds=30,
             what=f"{runs} finished runs",
         )
         await client.pause_job(job.id)

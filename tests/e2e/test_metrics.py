@@ -84,12 +84,12 @@ async def scrape(url: str) -> tuple[Samples, str]:
 
 
 async def scrape_until(
-    url: str, predicate: Callable[[Samples], bool], *, timeout_s: float = 20.0, what: str = ""
+    url: str, predicate: Callable[[Samples], bool], *, timeout_seconds: float = 20.0, what: str = ""
 ) -> Samples:
     """Scrape ``url`` until ``predicate`` holds (connection errors count as not yet)."""
     samples: Samples = {}
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_seconds):
             while True:
                 try:
                     samples, _ = await scrape(url)
@@ -198,7 +198,7 @@ async def test_gateway_metrics_count_runs_retries_and_delays(
             {"taskId": "fail", "parameters": {"times": 2}, "maxAttempts": 3}
         )
         for job in [*noops, fail]:
-            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=20)
+            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_seconds=20)
         url = f"{stack.url}/metrics"
         # 3 noop runs: RUNNING + SUCCEEDED; the fail run: 3 x RUNNING, 2 x RETRYING, SUCCEEDED.
         s = await scrape_until(
@@ -280,9 +280,9 @@ async def test_an_overlap_skip_and_a_cancelled_run_are_counted(
                 "overlapPolicy": "forbid",
             }
         )
-        await log.wait_status(job.id, ExecutionStatus.SKIPPED, timeout_s=20)
+        await log.wait_status(job.id, ExecutionStatus.SKIPPED, timeout_seconds=20)
         await client.cancel_job(job.id)
-        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_s=20)
+        await log.wait_status(job.id, ExecutionStatus.CANCELLED, timeout_seconds=20)
         url = f"{stack.url}/metrics"
         async with asyncio.timeout(20):
             while True:
@@ -344,7 +344,7 @@ async def test_queue_depth_follows_the_waiting_runs(
         client = stack.client()
         url = f"{stack.url}/metrics"
         sleeper = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 60}})
-        await log.wait_status(sleeper.id, ExecutionStatus.RUNNING, timeout_s=20)
+        await log.wait_status(sleeper.id, ExecutionStatus.RUNNING, timeout_seconds=20)
         for _ in range(2):
             await client.create_job(noop_body())
         await scrape_until(
@@ -386,7 +386,7 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
                 {"taskId": "fail", "parameters": {"times": 1}, "maxAttempts": 2}
             )
             for job in (noop, fail):
-                await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=30)
+                await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_seconds=30)
             worker = await scrape_until(
                 worker_url,
                 lambda s: (

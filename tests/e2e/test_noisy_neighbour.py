@@ -25,7 +25,7 @@ from tests.support import seed_events, stalled_ws, start_stack, wait_executions
 STALLED_CLIENTS = 400
 SEEDED_EVENTS = 20_000
 """Events of the stalled clients' user already in the status stream: each client's replay."""
-EVERY_S = 2.0
+EVERY_SECONDS = 2.0
 """The steady job's interval: its runs must not overlap (the default policy skips an occurrence
 whose previous run is still unfinished), whatever the stalled clients cost the process."""
 RUNS_WHILE_STALLED = 12
@@ -52,13 +52,13 @@ async def test_stalled_replaying_clients_cost_the_scheduler_no_lease_and_no_run(
     async with start_stack(settings) as stack:
         client = stack.client()
         job = await client.create_job(
-            {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": EVERY_S}}
+            {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": EVERY_SECONDS}}
         )
         await wait_executions(
             client,
             job.id,
             lambda runs: any(r.status == ExecutionStatus.SUCCEEDED for r in runs),
-            timeout_s=20,
+            timeout_seconds=20,
             what="the interval job's first run",
         )
         await seed_events(own_nats.url, settings.nats.subject_prefix, "alice", SEEDED_EVENTS)
@@ -79,7 +79,7 @@ async def test_stalled_replaying_clients_cost_the_scheduler_no_lease_and_no_run(
                     )
                     >= RUNS_WHILE_STALLED
                 ),
-                timeout_s=120,
+                timeout_seconds=120,
                 what=f"{RUNS_WHILE_STALLED} runs after the stalled clients connected",
             )
             lease_losses = await samples(stack.url, "jobsched_lease_losses_total")

@@ -38,7 +38,7 @@ async def test_once_job_starts_within_two_seconds_of_execute_at(stack: Stack) ->
     )
     assert isinstance(job.schedule, OnceSchedule)
     assert job.next_run_at == job.schedule.execute_at
-    await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=10)
+    await wait_job(client, job.id, {"SUCCEEDED"}, timeout_seconds=10)
     [run] = await wait_executions(client, job.id, lambda rs: len(rs) == 1)
     assert run.scheduled_for == job.next_run_at
     assert run.started_at is not None
@@ -74,7 +74,7 @@ async def test_failing_task_retries_with_growing_delays_then_succeeds(
         job = await client.create_job(
             {"taskId": "fail", "parameters": {"times": 2}, "maxAttempts": 3}
         )
-        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=15)
+        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_seconds=15)
     events = log.of(job.id)
     running = [e for e in events if e.status == ExecutionStatus.RUNNING]
     retrying = [e for e in events if e.status == ExecutionStatus.RETRYING]
@@ -105,7 +105,7 @@ async def test_failing_task_retries_with_growing_delays_then_succeeds(
 async def test_task_failing_every_attempt_ends_failed_with_the_error(stack: Stack) -> None:
     client = stack.client()
     job = await client.create_job({"taskId": "fail", "parameters": {"times": 5}, "maxAttempts": 3})
-    done = await wait_job(client, job.id, {"FAILED"}, timeout_s=15)
+    done = await wait_job(client, job.id, {"FAILED"}, timeout_seconds=15)
     assert done.last_run_status == ExecutionStatus.FAILED
     assert done.last_error and "failing on purpose: attempt 3" in done.last_error
     [run] = await wait_executions(client, job.id, lambda rs: bool(rs) and rs[0].status == "FAILED")
@@ -123,7 +123,7 @@ async def test_run_longer_than_ack_wait_runs_exactly_once(
     async with start_stack(settings) as stack, EventLog(settings.nats.url, prefix) as log:
         client = stack.client()
         job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 3.5}})
-        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=15)
+        await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_seconds=15)
         done = await wait_job(client, job.id, {"SUCCEEDED"})
         runs = await wait_executions(client, job.id, lambda rs: len(rs) == 1)
     assert [(e.status, e.attempt) for e in log.of(job.id)] == [
@@ -140,7 +140,7 @@ async def test_generate_report_writes_a_csv_in_the_data_dir(stack: Stack) -> Non
     job = await client.create_job(
         {"taskId": "generate_report", "parameters": {"reportType": "sales", "region": "ACME-42"}}
     )
-    await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=30)
+    await wait_job(client, job.id, {"SUCCEEDED"}, timeout_seconds=30)
     [run] = await wait_executions(client, job.id, lambda rs: len(rs) == 1)
     path = run.result["path"]
     assert (

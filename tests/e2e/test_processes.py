@@ -39,13 +39,13 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
         try:
             client = stack.client()
             job = await client.create_job({"taskId": "sleep", "parameters": {"seconds": 2}})
-            await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_s=20)
+            await log.wait_status(job.id, ExecutionStatus.RUNNING, timeout_seconds=20)
             first.kill()
             killed_at = datetime.now(UTC)
             second = Child(
                 ["worker"], env_for(settings, JOBSCHED_WORKER_ID="w2"), tmp_path / "w2.log"
             )
-            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_s=30)
+            await log.wait_status(job.id, ExecutionStatus.SUCCEEDED, timeout_seconds=30)
         finally:
             first.close()
             if second is not None:
@@ -153,7 +153,7 @@ async def test_restarting_dev_loses_no_job_and_recurring_jobs_continue(
             url, token = await read_dev_file(data, dev2, previous=stale)
             async with JobschedClient(url, token) as client:
                 for j in once:
-                    done = await wait_job(client, j.id, {"SUCCEEDED", "FAILED"}, timeout_s=30)
+                    done = await wait_job(client, j.id, {"SUCCEEDED", "FAILED"}, timeout_seconds=30)
                     assert done.status == "SUCCEEDED"
                     runs = await wait_executions(client, j.id, lambda rs: len(rs) >= 1)
                     assert len(runs) == 1, f"once job {j.id} ran {len(runs)} times"
@@ -166,7 +166,7 @@ async def test_restarting_dev_loses_no_job_and_recurring_jobs_continue(
                     lambda rs: any(
                         r.scheduled_for > killed_at and r.status == "SUCCEEDED" for r in rs
                     ),
-                    timeout_s=30,
+                    timeout_seconds=30,
                     what="an interval run after the restart",
                 )
                 assert len({r.id for r in runs}) == len(runs)
@@ -252,7 +252,7 @@ async def test_a_second_dev_on_the_same_data_dir_is_refused_and_touches_nothing(
         async with JobschedClient(url, token) as client:
             job = await client.create_job({"taskId": "noop"})
             assert (
-                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=20)
+                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_seconds=20)
             ).status == "SUCCEEDED"
         assert first.terminate() == 0, first.output()
     finally:
@@ -279,7 +279,7 @@ async def test_after_a_sigkill_the_next_dev_takes_the_lock_and_stops_the_orphane
             assert int((data / "nats" / "nats-server.pid").read_text()) != orphan
             async with JobschedClient(url, token) as client:
                 job = await client.create_job({"taskId": "noop"})
-                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_s=20)
+                await wait_job(client, job.id, {"SUCCEEDED"}, timeout_seconds=20)
             assert second.terminate() == 0, second.output()
         finally:
             second.close()

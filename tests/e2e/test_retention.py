@@ -85,7 +85,7 @@ async def test_a_fast_interval_job_keeps_its_limit_plus_the_runs_in_flight(
                 lambda rs: (
                     len(rs) == KEEP and all(r.status not in ACTIVE_EXECUTION_STATUSES for r in rs)
                 ),
-                timeout_s=20,
+                timeout_seconds=20,
                 what=f"{KEEP} finished runs once paused",
             )
             latest = await client.get_job(job.id)

@@ -66,8 +66,8 @@ class Cluster:
         self.children[name].kill()
         return killed_at
 
-    def terminate(self, name: str, timeout_s: float = 30.0) -> int:
-        return self.children[name].terminate(timeout_s)
+    def terminate(self, name: str, timeout_seconds: float = 30.0) -> int:
+        return self.children[name].terminate(timeout_seconds)
 
     async def lease_owners(self) -> dict[int, str]:
         """Partition → owner, as the lease bucket shows now."""
@@ -96,7 +96,7 @@ class Cluster:
             await nc.close()
 
     async def wait_balanced(
-        self, members: Iterable[str], timeout_s: float = 30.0
+        self, members: Iterable[str], timeout_seconds: float = 30.0
     ) -> dict[str, set[int]]:
         """Wait until every partition is leased and each of ``members`` holds its fair share."""
         wanted = set(members)
@@ -105,7 +105,7 @@ class Cluster:
         by: dict[str, set[int]] = {}
         failed_listings = 0
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 while True:
                     try:
                         owners = await self.lease_owners()
@@ -121,7 +121,7 @@ class Cluster:
         except TimeoutError:
             held = {m: len(v) for m, v in by.items()}
             raise TimeoutError(
-                f"leases not balanced among {sorted(wanted)} within {timeout_s:g} s: last seen "
+                f"leases not balanced among {sorted(wanted)} within {timeout_seconds:g} s: last seen "
                 f"{held} of {n} partitions; {failed_listings} listings failed"
             ) from None
 
@@ -157,10 +157,12 @@ class Cluster:
             for r in rows
         ]
 
-    async def create_once_jobs(self, count: int, first_due: datetime, spread_s: float) -> list[str]:
-        """``count`` noop once jobs due evenly over ``spread_s`` seconds from ``first_due``."""
+    async def create_once_jobs(
+        self, count: int, first_due: datetime, spread_seconds: float
+    ) -> list[str]:
+        """``count`` noop once jobs due evenly over ``spread_seconds`` seconds from ``first_due``."""
         assert self.client is not None
-        step = spread_s / max(1, count - 1)
+        step = spread_seconds / max(1, count - 1)
         ids = []
         for i in range(count):
             due = first_due + timedelta(seconds=i * step)
@@ -170,12 +172,12 @@ class Cluster:
             ids.append(job.id)
         return ids
 
-    async def wait_succeeded(self, job_ids: Iterable[str], timeout_s: float) -> list[Run]:
+    async def wait_succeeded(self, job_ids: Iterable[str], timeout_seconds: float) -> list[Run]:
         """Wait until every job has a SUCCEEDED run; return all runs of those jobs."""
         wanted = set(job_ids)
         runs: list[Run] = []
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 while True:
                     runs = [r for r in self.runs() if r.job_id in wanted]
                     if {r.job_id for r in runs if r.status == "SUCCEEDED"} >= wanted:
@@ -184,7 +186,7 @@ class Cluster:
         except TimeoutError:
             done = {r.job_id for r in runs if r.status == "SUCCEEDED"}
             raise TimeoutError(
-                f"{len(wanted - done)} of {len(wanted)} jobs not SUCCEEDED after {timeout_s} s"
+                f"{len(wanted - done)} of {len(wanted)} jobs not SUCCEEDED after {timeout_seconds} s"
             ) from None
 
 

@@ -74,11 +74,11 @@ class NatsCluster:
         for node in self.nodes.values():
             node.stop()
 
-    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+    async def wait_ready(self, timeout_seconds: float = 30.0) -> None:
         """Wait until JetStream answers through the cluster (a meta leader is elected)."""
         nc = await nats.connect(self.url.split(","))
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_seconds):
                 while True:
                     try:
                         await nc.jetstream(timeout=1).account_info()

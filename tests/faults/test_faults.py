@@ -61,10 +61,10 @@ async def test_1_killing_a_scheduler_fails_over_to_the_survivor(
         c.start("worker", "w1")
         await c.wait_balanced({"s1", "s2"})
         start = now() + timedelta(seconds=3)
-        jobs = await c.create_once_jobs(300, start, spread_s=15)
+        jobs = await c.create_once_jobs(300, start, spread_seconds=15)
         await asyncio.sleep(max(0.0, (start + timedelta(seconds=7.5) - now()).total_seconds()))
         killed_at = c.kill("s1")
-        runs = await c.wait_succeeded(jobs, timeout_s=60)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     failover = failover_seconds(runs, "s1", killed_at)
     print(f"\nscenario 1: lost={lost} duplicates={duplicates} failover={failover:.2f}s")
@@ -94,7 +94,7 @@ async def test_2_killing_a_worker_mid_task_redelivers_its_runs(
         survivor = "w2" if victim == "w1" else "w1"
         assert victim is not None
         c.kill(victim)
-        runs = await c.wait_succeeded(jobs, timeout_s=60)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     redelivered = [r for r in runs if r.attempt > 1]
     print(f"\nscenario 2: lost={lost} duplicates={duplicates} redelivered={len(redelivered)}")
@@ -111,10 +111,10 @@ async def test_3_restarting_nats_loses_nothing(
         c.start("worker", "w1")
         await c.wait_balanced({"s1"})
         start = now() + timedelta(seconds=2)
-        jobs = await c.create_once_jobs(100, start, spread_s=10)
+        jobs = await c.create_once_jobs(100, start, spread_seconds=10)
         await asyncio.sleep(max(0.0, (start + timedelta(seconds=4) - now()).total_seconds()))
         own_nats.restart()
-        runs = await c.wait_succeeded(jobs, timeout_s=60)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     print(f"\nscenario 3: lost={lost} duplicates={duplicates}")
     assert lost == 0
@@ -130,7 +130,7 @@ async def test_4_an_unavailable_store_answers_503_and_loses_nothing(
         await c.wait_balanced({"s1"})
         assert c.client is not None
         start = now() + timedelta(seconds=1.5)
-        jobs = await c.create_once_jobs(40, start, spread_s=4)
+        jobs = await c.create_once_jobs(40, start, spread_seconds=4)
         locked, release = threading.Event(), threading.Event()
 
         def hold_lock() -> None:
@@ -160,7 +160,7 @@ async def test_4_an_unavailable_store_answers_503_and_loses_nothing(
             release.set()
             await asyncio.to_thread(holder.join)
         later = [(await c.client.create_job({"taskId": "noop"})).id for _ in range(10)]
-        runs = await c.wait_succeeded([*jobs, *later], timeout_s=60)
+        runs = await c.wait_succeeded([*jobs, *later], timeout_seconds=60)
     lost, duplicates = lost_and_duplicates([*jobs, *later], runs)
     print(
         f"\nscenario 4: refused={refused} accepted-during-outage={accepted} lost={lost} duplicates={duplicates}"
@@ -179,11 +179,11 @@ async def test_5_a_joining_scheduler_takes_its_share(
         c.start("worker", "w1")
         await c.wait_balanced({"s1", "s2"})
         start = now() + timedelta(seconds=2)
-        jobs = await c.create_once_jobs(200, start, spread_s=10)
+        jobs = await c.create_once_jobs(200, start, spread_seconds=10)
         await asyncio.sleep(max(0.0, (start + timedelta(seconds=3) - now()).total_seconds()))
         c.start("scheduler", "s3")
-        shares = await c.wait_balanced({"s1", "s2", "s3"}, timeout_s=30)
-        runs = await c.wait_succeeded(jobs, timeout_s=60)
+        shares = await c.wait_balanced({"s1", "s2", "s3"}, timeout_seconds=30)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     print(
         f"\nscenario 5: shares={ {k: len(v) for k, v in shares.items()} } lost={lost} duplicates={duplicates}"
@@ -193,12 +193,12 @@ async def test_5_a_joining_scheduler_takes_its_share(
 
 
 @pytest.mark.parametrize(
-    ("drain_s", "handed_back"), [(10.0, False), (0.5, True)], ids=["drain", "hand-back"]
+    ("drain_seconds", "handed_back"), [(10.0, False), (0.5, True)], ids=["drain", "hand-back"]
 )
 async def test_6_sigterm_drains_a_worker(
-    make_settings: SettingsFactory, tmp_path: Path, drain_s: float, handed_back: bool
+    make_settings: SettingsFactory, tmp_path: Path, drain_seconds: float, handed_back: bool
 ) -> None:
-    settings = fast(make_settings, drain_timeout_seconds=drain_s, ack_wait_seconds=10.0)
+    settings = fast(make_settings, drain_timeout_seconds=drain_seconds, ack_wait_seconds=10.0)
     async with cluster(settings, tmp_path) as c:
         c.start("scheduler", "s1")
         w1 = c.start("worker", "w1")
@@ -213,7 +213,7 @@ async def test_6_sigterm_drains_a_worker(
         code = await asyncio.to_thread(w1.proc.wait, 30)
         stopped = now()
         c.start("worker", "w2")
-        [run] = await c.wait_succeeded([job.id], timeout_s=30)
+        [run] = await c.wait_succeeded([job.id], timeout_seconds=30)
     print(
         f"\nscenario 6 ({'hand-back' if handed_back else 'drain'}): exit={code} stop took {(stopped - sent).total_seconds():.2f}s run={run}"
     )
@@ -259,7 +259,7 @@ async def test_7_losing_the_work_stream_loses_no_run(
             await nc.close()
         lost_at = now()
         c.start("worker", "w1")
-        runs = await c.wait_succeeded(jobs, timeout_s=60)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=60)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     recovered = max(r.started_at for r in runs if r.started_at) - lost_at
     print(
@@ -268,10 +268,10 @@ async def test_7_losing_the_work_stream_loses_no_run(
     assert lost == 0 and duplicates == 0
 
 
-async def _recorded(c: Cluster, jobs: list[str], timeout_s: float = 20.0) -> list[Run]:
+async def _recorded(c: Cluster, jobs: list[str], timeout_seconds: float = 20.0) -> list[Run]:
     """Wait until every job in ``jobs`` has an execution record; return them."""
     wanted = set(jobs)
-    async with asyncio.timeout(timeout_s):
+    async with asyncio.timeout(timeout_seconds):
         while True:
             runs = [r for r in c.runs() if r.job_id in wanted]
             if {r.job_id for r in runs} == wanted:
@@ -291,13 +291,13 @@ async def test_8_the_new_owner_publishes_the_runs_a_killed_scheduler_had_recorde
         c.start("worker", "w1")
         await c.wait_balanced({"s1", "s2"})
         due = now() + timedelta(seconds=8)
-        jobs = await c.create_once_jobs(40, due, spread_s=0.5)
+        jobs = await c.create_once_jobs(40, due, spread_seconds=0.5)
         recorded = await _recorded(c, jobs)
         assert now() < due - timedelta(seconds=1), "too slow to kill s1 before its runs are due"
         killed_at = c.kill("s1")
         stranded = {r.id for r in recorded if r.dispatched_by == "s1"}
         assert stranded and all(r.status == "QUEUED" for r in recorded)
-        runs = await c.wait_succeeded(jobs, timeout_s=30)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=30)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     late = [
         (r.started_at - r.scheduled_for).total_seconds()
@@ -324,14 +324,14 @@ async def test_9_sigterm_publishes_the_prepared_runs_before_handing_the_partitio
         c.start("worker", "w1")
         await c.wait_balanced({"s1"})
         due = now() + timedelta(seconds=2)
-        jobs = await c.create_once_jobs(20, due, spread_s=0.5)
+        jobs = await c.create_once_jobs(20, due, spread_seconds=0.5)
         recorded = await _recorded(c, jobs)
         assert now() < due, "too slow to stop s1 before its runs are due"
         s1.proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(s1.proc.wait, 30)
         exited_at = now()
         c.start("scheduler", "s2")
-        runs = await c.wait_succeeded(jobs, timeout_s=20)
+        runs = await c.wait_succeeded(jobs, timeout_seconds=20)
     lost, duplicates = lost_and_duplicates(jobs, runs)
     print(f"\nscenario 9: exit={code} lost={lost} duplicates={duplicates}")
     assert code == 0, s1.output()

@@ -101,7 +101,7 @@ def follow(
     start: int | None,
     job_ids: set[str] | None = None,
     subject_filter: str | None = None,
-    stall_s: float = 30.0,
+    stall_seconds: float = 30.0,
 ) -> Follower:
     follower = Follower(
         stream,
@@ -109,7 +109,7 @@ def follow(
         subject_filter=subject_filter or f"t.status.{ME}.>",
         job_ids=job_ids,
         start=start,
-        stall_s=stall_s,
+        stall_seconds=stall_seconds,
     )
     stream.followers.append(follower)
     return follower
@@ -228,7 +228,7 @@ async def test_a_replay_never_holds_more_than_its_read_ahead() -> None:
         stream.store()
     stream.feed()
     outbox = Outbox(1000)
-    follower = follow(stream, outbox, start=1, stall_s=0.05)
+    follower = follow(stream, outbox, start=1, stall_seconds=0.05)
     with pytest.raises(Stalled):
         async with asyncio.timeout(10):
             await follower.run()

@@ -209,7 +209,7 @@ async def test_an_unsuccessful_status_says_whether_to_retry(
     async with target(ALLOWED, respond) as t:
         with pytest.raises(TaskError, match=rf"HTTP {status} from GET .*'sorry'") as e:
             await call_url(params(t.url()), ctx(tmp_path))
-    assert (e.value.retryable, e.value.retry_after_s) == (retryable, after)
+    assert (e.value.retryable, e.value.retry_after_seconds) == (retryable, after)
 
 
 async def test_a_retry_after_date_is_seconds_from_now(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ async def test_a_retry_after_date_is_seconds_from_now(tmp_path: Path) -> None:
     async with target(ALLOWED, respond) as t:
         with pytest.raises(TaskError) as e:
             await call_url(params(t.url()), ctx(tmp_path))
-    assert e.value.retry_after_s is not None and e.value.retry_after_s > 365 * 86400
+    assert e.value.retry_after_seconds is not None and e.value.retry_after_seconds > 365 * 86400
 
 
 async def test_success_statuses_replace_the_2xx_default(tmp_path: Path) -> None:

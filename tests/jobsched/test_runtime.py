@@ -87,7 +87,7 @@ def test_the_retention_settings_reach_the_pruner() -> None:
 
     config = settings.retention
 
-    assert config.default == Retention(keep_last=7, max_age_s=None)
+    assert config.default == Retention(keep_last=7, max_age_seconds=None)
     assert (config.sweep_interval_seconds, config.partitions) == (60.0, 16)
 
 

@@ -70,10 +70,10 @@ async def attacker(url: str, creds_file: Path) -> AsyncIterator[tuple[Client, li
         await nc.close()
 
 
-async def refused(errors: list[str], what: str, timeout_s: float = 5.0) -> None:
+async def refused(errors: list[str], what: str, timeout_seconds: float = 5.0) -> None:
     """Wait until the server reported a permission violation for ``what``."""
     wanted = what.lower()
-    async with asyncio.timeout(timeout_s):
+    async with asyncio.timeout(timeout_seconds):
         while not any("permissions violation" in e.lower() and wanted in e.lower() for e in errors):
             await asyncio.sleep(0.02)
 
@@ -119,7 +119,7 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
         run = forged_run()
         assert await scheduler.publish_runs([run]) == [None]
         assert await scheduler.run_in_stream("default", run.execution_id)
-        got = await consumer.fetch(1, timeout_s=5)
+        got = await consumer.fetch(1, timeout_seconds=5)
         assert len(got) == 1
         await got[0].ack()
         await worker.publish_status(
@@ -138,7 +138,7 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
         assert await scheduler.status_last_seq() == 1
         await consumer.close()
         statuses = await recorder.recorder_consumer()
-        [recorded] = await statuses.fetch(1, timeout_s=5)
+        [recorded] = await statuses.fetch(1, timeout_seconds=5)
         await recorded.ack()
         await statuses.close()
         await recorder.publish_finished([run.job_id])

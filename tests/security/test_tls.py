@@ -141,7 +141,7 @@ def a_run() -> RunMessage:
 async def refused_with(bus: Bus, *words: str) -> str:
     """Connect ``bus`` (one attempt), expect a refusal whose message has ``words``, return it."""
     with pytest.raises(BusUnavailable) as refusal:
-        await bus.connect(timeout_s=0.5)
+        await bus.connect(timeout_seconds=0.5)
     await bus.close()
     message = str(refusal.value)
     for word in words:
@@ -538,7 +538,7 @@ async def test_the_certificate_script_makes_certificates_that_work(
     with tls_server(nats_binary, tmp_path, tls) as server:
         url = server.url.replace("127.0.0.1", "localhost")
         bus = tls_bus(url, out / "ca.pem", cert=out / "client-cert.pem", key=out / "client-key.pem")
-        await bus.connect(timeout_s=5)
+        await bus.connect(timeout_seconds=5)
         try:
             await bus.ping()
             (conn,) = [c for c in connz(server) if c.get("name") == "jobsched-tls-test"]

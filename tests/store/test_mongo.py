@@ -411,12 +411,14 @@ def test_database_name_comes_from_the_url_path() -> None:
 
 
 def test_client_options_durable_fast_failing_and_url_wins() -> None:
-    s = MongoStore("mongodb://h/x", timeout_s=2.5)
+    s = MongoStore("mongodb://h/x", timeout_seconds=2.5)
     opts = s._client_options()
     assert opts["serverSelectionTimeoutMS"] == 2500 and opts["connectTimeoutMS"] == 2500
     assert opts["retryWrites"] is True and opts["retryReads"] is True
     assert opts["tz_aware"] is True and opts["tzinfo"] is UTC
-    opts = MongoStore("mongodb://h/x?serverSelectionTimeoutMS=100", timeout_s=2.5)._client_options()
+    opts = MongoStore(
+        "mongodb://h/x?serverSelectionTimeoutMS=100", timeout_seconds=2.5
+    )._client_options()
     assert "serverSelectionTimeoutMS" not in opts
 
 
@@ -1146,7 +1148,7 @@ from pymongo.errors import PyMongoError
 from store.mongo import MongoStore
 
 async def main():
-    s = MongoStore("mongodb://127.0.0.1:9/jobsched?directConnection=true", timeout_s=0.3)
+    s = MongoStore("mongodb://127.0.0.1:9/jobsched?directConnection=true", timeout_seconds=0.3)
     started = time.monotonic()
     try:
         await s.open()

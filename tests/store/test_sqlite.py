@@ -35,7 +35,7 @@ from core.ports import Dispatch, DispatchOutcome
 from store.sqlite import MIGRATIONS, SqliteStore
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
-BUSY_TIMEOUT_S = 0.2
+BUSY_TIMEOUT_SECONDS = 0.2
 
 
 def make_job(job_id: str = "job-1") -> Job:
@@ -87,7 +87,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def store(db: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    s = SqliteStore(db, busy_timeout_seconds=BUSY_TIMEOUT_SECONDS)
     await s.open()
     try:
         yield s
@@ -215,7 +215,7 @@ async def test_a_locked_database_makes_writes_unavailable_within_the_busy_timeou
             async with asyncio.timeout(5):
                 with pytest.raises(StoreUnavailable):
                     await write()
-            assert loop.time() - started < BUSY_TIMEOUT_S + 2.0
+            assert loop.time() - started < BUSY_TIMEOUT_SECONDS + 2.0
 
     # Once the lock is released the same store works again, and nothing half-written remains.
     assert await store.dispatch([run]) == [DispatchOutcome(created=True, advanced=True)]
@@ -226,7 +226,7 @@ async def test_a_locked_database_makes_writes_unavailable_within_the_busy_timeou
 async def test_an_open_that_failed_on_a_lock_can_be_retried(
     db: Path, reap_connections: set[threading.Thread]
 ) -> None:
-    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    s = SqliteStore(db, busy_timeout_seconds=BUSY_TIMEOUT_SECONDS)
     with locked(db):
         async with asyncio.timeout(5):
             with pytest.raises(StoreUnavailable):
@@ -248,7 +248,7 @@ async def test_an_open_that_failed_while_migrating_can_be_retried(db: Path) -> N
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")  # the file of an older release
     conn.close()
-    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    s = SqliteStore(db, busy_timeout_seconds=BUSY_TIMEOUT_SECONDS)
     with locked(db):
         async with asyncio.timeout(5):
             with pytest.raises(StoreUnavailable):
@@ -265,7 +265,7 @@ async def test_an_open_that_failed_while_migrating_can_be_retried(db: Path) -> N
 async def test_a_failed_open_leaks_no_connection(
     db: Path, reap_connections: set[threading.Thread]
 ) -> None:
-    s = SqliteStore(db, busy_timeout_s=BUSY_TIMEOUT_S)
+    s = SqliteStore(db, busy_timeout_seconds=BUSY_TIMEOUT_SECONDS)
     with locked(db):
         async with asyncio.timeout(5):
             with pytest.raises(StoreUnavailable):
