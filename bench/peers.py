@@ -307,7 +307,7 @@ def main() -> None:
         default=0.0,
         help="s from submitting to the first due instant (0: from each peer's usual submit rate)",
     )
-    p.add_argument("--profile-s", type=float, default=10.0)
+    p.add_argument("--profile-seconds", type=float, default=10.0)
     parse_common(p)
     p.set_defaults(duration=10.0, drain=20.0)
     args = p.parse_args()
