@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
+
+import msgspec
 
 from core import cron
 from core.dispatch import due_at, previous_active
@@ -98,7 +100,7 @@ class Reason(Model, kw_only=True, omit_defaults=False, frozen=True):
     code: str
     severity: Severity
     message: str
-    details: dict[str, Detail] = field(default_factory=dict)
+    details: dict[str, Detail] = msgspec.field(default_factory=dict)
 
 
 class Explanation(Model, kw_only=True, omit_defaults=False, frozen=True):

@@ -25,7 +25,17 @@ from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
-from core.ids import new_job_id, partition_of
+from core.explain import (
+    RECENT_EXECUTIONS,
+    ExplainInput,
+    Explanation,
+    LeaseView,
+    QueueState,
+    QuotaState,
+    explain,
+    finished_job,
+)
+from core.ids import execution_id, new_job_id, partition_of
 from core.model import (
     CronSchedule,
     Execution,
@@ -53,6 +63,7 @@ from core.ports import (
     JobStatusConflict,
     JobStore,
     ManualDispatch,
+    RunInspector,
 )
 from core.quotas import TokenRequest
 from core.runs import dispatched, manual_run
@@ -82,6 +93,8 @@ class JobService:
         config: the gateway's settings (:class:`core.settings.GatewayConfig`): ``partitions``,
             ``max_deliver``, ``quotas``.
         markers: cancellation markers (None: cancelling does not reach running runs).
+        inspector: read-only looks at queues and leases for :meth:`explain` (None: those
+            checks are reported unavailable).
     """
 
     def __init__(
@@ -92,6 +105,7 @@ class JobService:
         clock: Clock,
         config: GatewayConfig,
         markers: CancelRequests | None = None,
+        inspector: RunInspector | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -99,6 +113,7 @@ class JobService:
         self.clock = clock
         self.config = config
         self.markers = markers
+        self.inspector = inspector
         self._counted: OrderedDict[str, tuple[int, datetime]] = OrderedDict()
 
     # --- create and read -----------------------------------------------------------------------
@@ -458,6 +473,86 @@ class JobService:
         await self._event(job, "changed", who)
         log.info("job %s changed", job_id, extra={"job_id": job_id})
         return job
+
+    # --- explain -------------------------------------------------------------------------------
+
+    async def explain(self, who: Principal, job_id: str) -> Explanation:
+        """Why the job's next run has not started, or why its last expected run did not happen
+        (:func:`core.explain.explain`): the job, its latest runs, its queue's consumer, its
+        partition's lease and its owner's runs quota, read without changing anything.
+
+        A check the bus cannot answer now is reported as ``check_unavailable``, not an error;
+        none is made for a job with no run left.
+
+        Raises:
+            Forbidden: no ``jobs:read``.
+            JobNotFound: not the caller's job (unless admin), as :meth:`get`.
+            StoreUnavailable: the store did not answer (503).
+        """
+        job = await self.get(who, job_id)
+        now = self.clock.now()
+        page = await self.store.list_executions(
+            job.owner, job.id, limit=RECENT_EXECUTIONS, cursor=None
+        )
+        previous = None
+        if job.last_dispatched_for is not None:
+            previous_id = execution_id(job.id, job.last_dispatched_for)
+            previous = next((e for e in page.items if e.id == previous_id), None)
+            if previous is None:
+                previous = await self.store.get_execution(previous_id)
+        queue: QueueState | None = None
+        lease: LeaseView | None = None
+        quota: QuotaState | None = None
+        if not finished_job(job):
+            queue, lease = await self._inspect(job)
+            quota = await self._runs_quota(job.owner)
+        inputs = ExplainInput(
+            job=job,
+            now=now,
+            recent=page.items,
+            previous=previous,
+            queue=queue,
+            lease=lease,
+            quota=quota,
+        )
+        return Explanation(
+            job_id=job.id,
+            status=job.status,
+            at=now,
+            next_run_at=job.next_run_at,
+            reasons=explain(inputs),
+        )
+
+    async def _inspect(self, job: Job) -> tuple[QueueState | None, LeaseView | None]:
+        """The job's queue and lease, concurrently; None for what the bus did not answer."""
+        if self.inspector is None:
+            return None, None
+        answers = await asyncio.gather(
+            self.inspector.queue_state(job.queue),
+            self.inspector.partition_lease(job.partition),
+            return_exceptions=True,
+        )
+        for answer in answers:
+            if isinstance(answer, BusUnavailable):
+                log.warning("explain %s: %s", job.id, answer, extra={"job_id": job.id})
+            elif isinstance(answer, BaseException):
+                raise answer
+        queue, lease = answers
+        return (
+            queue if isinstance(queue, QueueState) else None,
+            lease if isinstance(lease, LeaseView) else None,
+        )
+
+    async def _runs_quota(self, owner: str) -> QuotaState:
+        limits = self.config.quotas
+        rate = limits.runs
+        if rate is None:
+            return QuotaState(runs_per_minute=0, rate=None)
+        key = quotas.runs_key(owner)
+        buckets = await self.store.read_tokens([key])
+        return QuotaState(
+            runs_per_minute=limits.runs_per_minute, rate=rate, bucket=buckets.get(key)
+        )
 
     # --- fire times ----------------------------------------------------------------------------
 
