@@ -603,8 +603,8 @@ def in_progress(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
             yield _reason(
                 Code.RUNNING,
                 "info",
-                f"run {ex.id} is RUNNING{where} since {_when(since, job)} "
-                f"({_span(_seconds(since, now))}), attempt {ex.attempt} of {ex.max_attempts}",
+                f"run {ex.id} is RUNNING{where} since {_when(since, job)}, for "
+                f"{_span(_seconds(since, now))}, attempt {ex.attempt} of {ex.max_attempts}",
                 executionId=ex.id,
                 startedAt=_z(since),
                 workerId=ex.worker_id,
@@ -615,8 +615,8 @@ def in_progress(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
             yield _reason(
                 Code.QUEUED,
                 "info",
-                f"run {ex.id} is QUEUED since {_when(since, job)} ({_span(_seconds(since, now))}): "
-                f"it waits for a worker of queue {ex.queue!r}",
+                f"run {ex.id} is QUEUED since {_when(since, job)}, for "
+                f"{_span(_seconds(since, now))}: it waits for a worker of queue {ex.queue!r}",
                 executionId=ex.id,
                 queuedAt=_z(since),
                 queue=ex.queue,

@@ -402,7 +402,7 @@ def test_a_running_one_time_job_names_its_run_and_worker() -> None:
     ex = run(j, NOW - timedelta(minutes=2), worker_id="w-1")
     [r] = reasons(j, recent=[ex])
     assert (r.code, r.details["workerId"]) == ("running", "w-1")
-    assert "since 2026-06-01T09:58:00.000Z (2 min)" in r.message
+    assert "since 2026-06-01T09:58:00.000Z, for 2 min" in r.message
 
 
 def test_jitter_delays_a_run_past_its_scheduled_time() -> None:

@@ -5,6 +5,7 @@ scheduler owning the partition, a queue without consumer."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +14,7 @@ from core.explain import Explanation
 from jobsched.client import ApiError, JobschedClient
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
+from tests.e2e.test_cli_jobs import cli
 from tests.e2e.test_nats_api import nats_client
 from tests.support import Stack, start_stack, wait_executions
 
@@ -112,3 +114,19 @@ async def test_without_a_scheduler_nobody_owns_the_partition(
         no_consumer = next(r for r in answer.reasons if r.code == "queue_no_consumer")
         assert no_consumer.severity == "warning", "no run of the job waits in it yet"
         assert "check_unavailable" not in codes(answer), "every check was made"
+
+
+async def test_the_cli_explains_in_sentences_or_json(stack: Stack) -> None:
+    job = await stack.client().create_job(
+        {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 3600}}
+    )
+    await stack.client().pause_job(job.id)
+    table = await cli(stack, "explain", job.id)
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"job {job.id} is PAUSED; next run: -"
+    assert lines[1].startswith("- BLOCKING (paused): the job is paused: no run starts until")
+    answer = json.loads((await cli(stack, "explain", job.id, "-o", "json")).stdout)
+    assert (answer["jobId"], answer["status"], answer["nextRunAt"]) == (job.id, "PAUSED", None)
+    assert [r["code"] for r in answer["reasons"]] == ["paused"]
+    other = await cli(stack, "explain", job.id, user="bob", code=1)
+    assert "404" in other.output

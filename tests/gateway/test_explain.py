@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp.test_utils import TestServer
 
 from core.access import READ, Role
@@ -71,9 +72,9 @@ async def start(
 ) -> tuple[TestServer, SqliteStore]:
     store = SqliteStore(tmp_path / "gateway.db")
     await store.open()
-    config = GatewayConfig(
-        auth_secret=TEST_SECRET, partitions=8, **({"quotas": quotas} if quotas else {})
-    )
+    config = GatewayConfig(auth_secret=TEST_SECRET, partitions=8)
+    if quotas is not None:
+        config = msgspec.structs.replace(config, quotas=quotas)
     deps = GatewayDeps(
         store=store,
         bus=None,
