@@ -22,26 +22,31 @@ from gateway.auth import mint_token
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore
 from tests.conftest import TEST_SECRET
+from tests.fakes import FakeBus, FakeInspector, FakeLeases
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 HOURLY = {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 3600}}
 
 
-class FakeInspector:
-    """:class:`core.ports.RunInspector` in memory: what the bus would answer."""
+class RecordingInspector(FakeInspector):
+    """:class:`tests.fakes.FakeInspector` (what the bus would answer) that records each look:
+    every partition leased by ``sched-1``, the ``default`` queue's consumer bound, no other."""
 
-    def __init__(self, queue: QueueState | None = None, owner: str | None = "sched-1") -> None:
-        self.queue = queue
-        self.owner = owner
+    def __init__(self) -> None:
+        bus, leases = FakeBus(), FakeLeases()
+        bus.work_queue("default")
+        for partition in range(8):
+            leases.steal(partition, "sched-1")
+        super().__init__(bus, leases)
         self.asked: list[tuple[str, object]] = []
 
     async def queue_state(self, queue: str) -> QueueState:
         self.asked.append(("queue", queue))
-        return self.queue or QueueState(queue=queue, consumer_exists=True, waiting_pulls=1)
+        return await super().queue_state(queue)
 
     async def partition_lease(self, partition: int) -> LeaseView:
         self.asked.append(("lease", partition))
-        return LeaseView(partition, self.owner, T0 + timedelta(seconds=3))
+        return await super().partition_lease(partition)
 
 
 class Gateway:
@@ -68,7 +73,7 @@ class Gateway:
 
 
 async def start(
-    tmp_path: Path, inspector: FakeInspector | None, quotas: Quotas | None = None
+    tmp_path: Path, inspector: RecordingInspector | None, quotas: Quotas | None = None
 ) -> tuple[TestServer, SqliteStore]:
     store = SqliteStore(tmp_path / "gateway.db")
     await store.open()
@@ -89,7 +94,7 @@ async def start(
 
 
 async def explain_with(
-    tmp_path: Path, inspector: FakeInspector | None, quotas: Quotas | None = None
+    tmp_path: Path, inspector: RecordingInspector | None, quotas: Quotas | None = None
 ) -> tuple[Gateway, TestServer, SqliteStore, aiohttp.ClientSession]:
     server, store = await start(tmp_path, inspector, quotas)
     session = aiohttp.ClientSession()
@@ -103,7 +108,7 @@ async def close(server: TestServer, store: SqliteStore, session: aiohttp.ClientS
 
 
 async def test_a_user_explains_only_their_own_jobs_and_an_admin_any(tmp_path: Path) -> None:
-    gw, server, store, session = await explain_with(tmp_path, FakeInspector())
+    gw, server, store, session = await explain_with(tmp_path, RecordingInspector())
     try:
         status, job = await gw.call("POST", "/jobs", body=HOURLY)
         assert status == 201
@@ -133,7 +138,7 @@ async def test_a_user_explains_only_their_own_jobs_and_an_admin_any(tmp_path: Pa
 
 
 async def test_bad_input_is_a_problem_naming_it(tmp_path: Path) -> None:
-    gw, server, store, session = await explain_with(tmp_path, FakeInspector())
+    gw, server, store, session = await explain_with(tmp_path, RecordingInspector())
     try:
         _, job = await gw.call("POST", "/jobs", body=HOURLY)
         status, problem = await gw.call("GET", f"/jobs/{job['id']}/explain?verbose=1")
@@ -162,7 +167,7 @@ async def test_without_nats_the_bus_checks_are_said_to_be_unavailable(tmp_path: 
 
 
 async def test_a_paused_job_is_explained_by_its_pause(tmp_path: Path) -> None:
-    inspector = FakeInspector()
+    inspector = RecordingInspector()
     gw, server, store, session = await explain_with(tmp_path, inspector)
     try:
         _, job = await gw.call("POST", "/jobs", body=HOURLY)
@@ -175,7 +180,7 @@ async def test_a_paused_job_is_explained_by_its_pause(tmp_path: Path) -> None:
 
 
 async def test_a_cancelled_job_needs_no_bus_check(tmp_path: Path) -> None:
-    inspector = FakeInspector()
+    inspector = RecordingInspector()
     gw, server, store, session = await explain_with(tmp_path, inspector)
     try:
         _, job = await gw.call("POST", "/jobs", body=HOURLY)
@@ -191,7 +196,7 @@ async def test_the_runs_quota_is_read_from_the_store_without_taking_a_token(
     tmp_path: Path,
 ) -> None:
     quotas = Quotas(runs_per_minute=2)
-    gw, server, store, session = await explain_with(tmp_path, FakeInspector(), quotas)
+    gw, server, store, session = await explain_with(tmp_path, RecordingInspector(), quotas)
     try:
         _, job = await gw.call(
             "POST", "/jobs", body={"taskId": "noop", "schedule": {"type": "immediate"}}
@@ -215,7 +220,7 @@ async def test_the_runs_quota_is_read_from_the_store_without_taking_a_token(
 
 
 async def test_a_queue_without_consumer_is_named_for_a_queued_run(tmp_path: Path) -> None:
-    inspector = FakeInspector(queue=QueueState(queue="gpu", consumer_exists=False))
+    inspector = RecordingInspector()  # no worker of queue gpu
     gw, server, store, session = await explain_with(tmp_path, inspector)
     try:
         _, job = await gw.call("POST", "/jobs", body={"taskId": "noop", "queue": "gpu", **HOURLY})
