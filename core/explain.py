@@ -38,6 +38,7 @@ from core.model import (
     JobStatus,
     Model,
     OverlapPolicy,
+    RunTrigger,
 )
 from core.quotas import Bucket, Rate, take
 from core.schedule import schedule_jitter
@@ -536,11 +537,14 @@ def queue(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
 
 
 def skipped(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
-    """Its latest expected runs did not happen: the SKIPPED records newer than any run that
-    did (misfired, or skipped by the overlap policy), each with its rule."""
+    """Its latest expected runs did not happen: the SKIPPED records newer than its latest
+    finished scheduled run (misfired, or skipped by the overlap policy), each with its rule.
+    Runs in progress, manual runs and misfire catch-ups do not hide the records before them."""
     job = inp.job
     for ex in inp.recent:
         if ex.status != ExecutionStatus.SKIPPED:
+            if ex.status in ACTIVE_EXECUTION_STATUSES or ex.trigger != RunTrigger.SCHEDULE:
+                continue
             return
         why = ex.skip_reason or ""
         missed = ex.missed

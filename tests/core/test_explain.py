@@ -33,6 +33,7 @@ from core.model import (
     Missed,
     OnceSchedule,
     OverlapPolicy,
+    RunTrigger,
 )
 from core.quotas import Bucket, Quotas
 from core.scheduling import HELD_BY_QUOTA
@@ -392,6 +393,21 @@ def test_only_skips_newer_than_the_latest_real_run_are_reported() -> None:
     older = run(j, NOW - timedelta(minutes=3), ExecutionStatus.SKIPPED, skip_reason="misfire")
     found = reasons(j, recent=[newest, ran, older])
     assert [r.details["executionId"] for r in found if r.code == "misfired"] == [newest.id]
+
+
+def test_a_misfire_before_its_catch_up_run_is_still_reported() -> None:
+    j = job()
+    first, last = NOW - timedelta(minutes=10), NOW - timedelta(minutes=2)
+    catch_up = run(j, NOW - timedelta(minutes=1), trigger=RunTrigger.CATCH_UP)
+    manual = run(j, NOW - timedelta(seconds=90), ExecutionStatus.SUCCEEDED,
+                 trigger=RunTrigger.MANUAL)  # fmt: skip
+    missed = run(
+        j, first, ExecutionStatus.SKIPPED, skip_reason="misfire",
+        missed=Missed(count=9, first=first, last=last, policy="runOnce"),
+    )  # fmt: skip
+    found = reasons(j, recent=[catch_up, manual, missed], previous=catch_up)
+    assert only(found, Code.MISFIRED).details["count"] == 9
+    assert only(found, Code.RUNNING).details["executionId"] == catch_up.id
 
 
 # --- in progress, jitter, overdue -------------------------------------------------------------
