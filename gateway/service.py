@@ -491,8 +491,10 @@ class JobService:
         """
         job = await self.get(who, job_id)
         now = self.clock.now()
-        page = await self.store.list_executions(
-            job.owner, job.id, limit=RECENT_EXECUTIONS, cursor=None
+        page, (queue, lease), quota = await asyncio.gather(
+            self.store.list_executions(job.owner, job.id, limit=RECENT_EXECUTIONS, cursor=None),
+            self._inspect(job),
+            self._runs_quota(job),
         )
         previous = None
         if job.last_dispatched_for is not None:
@@ -500,12 +502,6 @@ class JobService:
             previous = next((e for e in page.items if e.id == previous_id), None)
             if previous is None:
                 previous = await self.store.get_execution(previous_id)
-        queue: QueueState | None = None
-        lease: LeaseView | None = None
-        quota: QuotaState | None = None
-        if not finished_job(job):
-            queue, lease = await self._inspect(job)
-            quota = await self._runs_quota(job.owner)
         inputs = ExplainInput(
             job=job,
             now=now,
@@ -524,8 +520,9 @@ class JobService:
         )
 
     async def _inspect(self, job: Job) -> tuple[QueueState | None, LeaseView | None]:
-        """The job's queue and lease, concurrently; None for what the bus did not answer."""
-        if self.inspector is None:
+        """The job's queue and lease, concurrently; None for what the bus did not answer (or
+        when the job has no run left: nothing to check)."""
+        if self.inspector is None or finished_job(job):
             return None, None
         answers = await asyncio.gather(
             self.inspector.queue_state(job.queue),
@@ -543,12 +540,15 @@ class JobService:
             lease if isinstance(lease, LeaseView) else None,
         )
 
-    async def _runs_quota(self, owner: str) -> QuotaState:
+    async def _runs_quota(self, job: Job) -> QuotaState | None:
+        """The owner's runs quota and bucket (None when the job has no run left)."""
+        if finished_job(job):
+            return None
         limits = self.config.quotas
         rate = limits.runs
         if rate is None:
             return QuotaState(runs_per_minute=0, rate=None)
-        key = quotas.runs_key(owner)
+        key = quotas.runs_key(job.owner)
         buckets = await self.store.read_tokens([key])
         return QuotaState(
             runs_per_minute=limits.runs_per_minute, rate=rate, bucket=buckets.get(key)
