@@ -19,6 +19,7 @@ from core.quotas import Quotas, TokenRequest, runs_key
 from core.settings import GatewayConfig
 from gateway.app import GatewayDeps, create_app
 from gateway.auth import mint_token
+from gateway.openapi import openapi_document
 from jobsched.tasks import builtin_catalog
 from store.sqlite import SqliteStore
 from tests.conftest import TEST_SECRET
@@ -232,3 +233,34 @@ async def test_a_queue_without_consumer_is_named_for_a_queued_run(tmp_path: Path
         assert ("queue", "gpu") in inspector.asked
     finally:
         await close(server, store, session)
+
+
+async def test_a_bus_that_does_not_answer_is_reported_not_a_failure(tmp_path: Path) -> None:
+    inspector = RecordingInspector()
+    inspector.failures = 2  # the queue and the lease look both fail
+    gw, server, store, session = await explain_with(tmp_path, inspector)
+    try:
+        _, job = await gw.call("POST", "/jobs", body=HOURLY)
+        status, answer = await gw.call("GET", f"/jobs/{job['id']}/explain")
+        assert status == 200
+        unavailable = [r["details"]["check"] for r in answer["reasons"]
+                       if r["code"] == "check_unavailable"]  # fmt: skip
+        assert unavailable == ["lease", "queue"]
+        assert answer["reasons"][0]["code"] == "scheduled"
+        _, again = await gw.call("GET", f"/jobs/{job['id']}/explain")
+        assert [r["code"] for r in again["reasons"]] == ["scheduled"], "answered again"
+    finally:
+        await close(server, store, session)
+
+
+def test_the_openapi_document_describes_explain() -> None:
+    doc = openapi_document()
+    op = doc["paths"]["/jobs/{job_id}/explain"]["get"]
+    assert (op["operationId"], op["tags"]) == ("explainJob", ["diagnostics"])
+    assert op["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Explanation"
+    }
+    reason = doc["components"]["schemas"]["Reason"]
+    assert set(reason["required"]) == {"code", "severity", "message"}
+    assert set(reason["properties"]["severity"]["enum"]) == {"blocking", "warning", "info"}
+    assert {"name": "diagnostics"} in doc["tags"]
