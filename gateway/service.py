@@ -25,17 +25,8 @@ from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
-from core.explain import (
-    RECENT_EXECUTIONS,
-    ExplainInput,
-    Explanation,
-    LeaseView,
-    QueueState,
-    QuotaState,
-    explain,
-    finished_job,
-)
-from core.ids import execution_id, new_job_id, partition_of
+from core.explain import Explanation
+from core.ids import new_job_id, partition_of
 from core.model import (
     CronSchedule,
     Execution,
@@ -70,6 +61,7 @@ from core.runs import dispatched, manual_run
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from core.values import check_parameters, is_text
+from gateway.explaining import explanation
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -478,11 +470,7 @@ class JobService:
 
     async def explain(self, who: Principal, job_id: str) -> Explanation:
         """Why the job's next run has not started, or why its last expected run did not happen
-        (:func:`core.explain.explain`): the job, its latest runs, its queue's consumer, its
-        partition's lease and its owner's runs quota, read without changing anything.
-
-        A check the bus cannot answer now is reported as ``check_unavailable``, not an error;
-        none is made for a job with no run left.
+        (:func:`gateway.explaining.explanation`), read without changing anything.
 
         Raises:
             Forbidden: no ``jobs:read``.
@@ -490,68 +478,8 @@ class JobService:
             StoreUnavailable: the store did not answer (503).
         """
         job = await self.get(who, job_id)
-        now = self.clock.now()
-        page, (queue, lease), quota = await asyncio.gather(
-            self.store.list_executions(job.owner, job.id, limit=RECENT_EXECUTIONS, cursor=None),
-            self._inspect(job),
-            self._runs_quota(job),
-        )
-        previous = None
-        if job.last_dispatched_for is not None:
-            previous_id = execution_id(job.id, job.last_dispatched_for)
-            previous = next((e for e in page.items if e.id == previous_id), None)
-            if previous is None:
-                previous = await self.store.get_execution(previous_id)
-        inputs = ExplainInput(
-            job=job,
-            now=now,
-            recent=page.items,
-            previous=previous,
-            queue=queue,
-            lease=lease,
-            quota=quota,
-        )
-        return Explanation(
-            job_id=job.id,
-            status=job.status,
-            at=now,
-            next_run_at=job.next_run_at,
-            reasons=explain(inputs),
-        )
-
-    async def _inspect(self, job: Job) -> tuple[QueueState | None, LeaseView | None]:
-        """The job's queue and lease, concurrently; None for what the bus did not answer (or
-        when the job has no run left: nothing to check)."""
-        if self.inspector is None or finished_job(job):
-            return None, None
-        answers = await asyncio.gather(
-            self.inspector.queue_state(job.queue),
-            self.inspector.partition_lease(job.partition),
-            return_exceptions=True,
-        )
-        for answer in answers:
-            if isinstance(answer, BusUnavailable):
-                log.warning("explain %s: %s", job.id, answer, extra={"job_id": job.id})
-            elif isinstance(answer, BaseException):
-                raise answer
-        queue, lease = answers
-        return (
-            queue if isinstance(queue, QueueState) else None,
-            lease if isinstance(lease, LeaseView) else None,
-        )
-
-    async def _runs_quota(self, job: Job) -> QuotaState | None:
-        """The owner's runs quota and bucket (None when the job has no run left)."""
-        if finished_job(job):
-            return None
-        limits = self.config.quotas
-        rate = limits.runs
-        if rate is None:
-            return QuotaState(runs_per_minute=0, rate=None)
-        key = quotas.runs_key(job.owner)
-        buckets = await self.store.read_tokens([key])
-        return QuotaState(
-            runs_per_minute=limits.runs_per_minute, rate=rate, bucket=buckets.get(key)
+        return await explanation(
+            self.store, self.inspector, self.config.quotas, job, self.clock.now()
         )
 
     # --- fire times ----------------------------------------------------------------------------
