@@ -77,6 +77,7 @@ class Code(enum.StrEnum):
     MISFIRED = "misfired"
     OVERLAP_SKIPPED = "overlap_skipped"
     SKIPPED = "skipped"
+    LAST_RUN_FAILED = "last_run_failed"
     RUNNING = "running"
     QUEUED = "queued"
     JITTER_DELAY = "jitter_delay"
@@ -597,6 +598,32 @@ def skipped(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
             )
 
 
+def last_failure(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
+    """Its latest finished run did happen, and FAILED (or was CANCELLED): often what "has not
+    run" means. Not for a cancelled job (the cancellation is the reason)."""
+    job = inp.job
+    if job.status == JobStatus.CANCELLED:
+        return
+    for ex in inp.recent:
+        if ex.status in ACTIVE_EXECUTION_STATUSES or ex.status == ExecutionStatus.SKIPPED:
+            continue
+        if ex.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELLED):
+            ended = ex.finished_at or ex.updated_at
+            error = f": {ex.error[:200]}" if ex.error else ""
+            yield _reason(
+                Code.LAST_RUN_FAILED,
+                "info",
+                f"its latest run {ex.id} ran and ended {ex.status} at {_when(ended, job)} "
+                f"after {ex.attempt} of {ex.max_attempts} attempts{error}",
+                executionId=ex.id,
+                executionStatus=ex.status,
+                finishedAt=_z(ended),
+                attempt=ex.attempt,
+                error=ex.error[:200] if ex.error else None,
+            )
+        return
+
+
 def in_progress(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
     """A run of the job is QUEUED or RUNNING now."""
     job, now = inp.job, inp.now
@@ -729,6 +756,7 @@ RULES: tuple[Rule, ...] = (
     quota,
     queue,
     skipped,
+    last_failure,
     in_progress,
     jitter,
     overdue,

@@ -410,6 +410,26 @@ def test_a_misfire_before_its_catch_up_run_is_still_reported() -> None:
     assert only(found, Code.RUNNING).details["executionId"] == catch_up.id
 
 
+def test_a_latest_run_that_failed_is_told_with_its_error() -> None:
+    j = job(schedule=ImmediateSchedule(), status=JobStatus.FAILED, next_run_at=None)
+    failed = run(
+        j, NOW - timedelta(minutes=3), ExecutionStatus.FAILED, attempt=3, max_attempts=3,
+        error="TaskFailed: boom", finished_at=NOW - timedelta(minutes=2),
+    )  # fmt: skip
+    found = reasons(j, recent=[failed])
+    assert codes(found) == ["finished", "last_run_failed"]
+    r = found[1]
+    assert (r.details["executionId"], r.details["error"]) == (failed.id, "TaskFailed: boom")
+    assert "after 3 of 3 attempts: TaskFailed: boom" in r.message
+
+
+def test_a_failure_older_than_a_success_is_no_reason() -> None:
+    j = job()
+    ok = run(j, NOW - timedelta(minutes=1), ExecutionStatus.SUCCEEDED)
+    failed = run(j, NOW - timedelta(minutes=2), ExecutionStatus.FAILED)
+    assert codes(reasons(j, recent=[ok, failed])) == ["scheduled"]
+
+
 # --- in progress, jitter, overdue -------------------------------------------------------------
 
 

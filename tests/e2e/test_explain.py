@@ -114,6 +114,11 @@ async def test_without_a_scheduler_nobody_owns_the_partition(
         no_consumer = next(r for r in answer.reasons if r.code == "queue_no_consumer")
         assert no_consumer.severity == "warning", "no run of the job waits in it yet"
         assert "check_unavailable" not in codes(answer), "every check was made"
+        run = await client.trigger_job(job.id)
+        answer = await client.explain(job.id)
+        waiting = next(r for r in answer.reasons if r.code == "queue_no_consumer")
+        assert (waiting.severity, waiting.details["executionId"]) == ("blocking", run.id)
+        assert codes(answer)[:2] == ["no_owner", "queue_no_consumer"]
 
 
 async def test_the_cli_explains_in_sentences_or_json(stack: Stack) -> None:
