@@ -4,9 +4,9 @@
 (:class:`RunPublisher`, :class:`RunQueue`, :class:`WorkIntake`, :class:`StatusReports`,
 :class:`StatusIntake`, :class:`RecorderProgress`, :class:`EventFeed`, :class:`JobNotices`,
 :class:`Notices`, :class:`BusHealth`, :class:`CancelRequests`, :class:`CancelSignals`,
-:class:`Leases`, :class:`StatusStream`, :class:`ServiceHost`) with NATS, and ``tests/fakes.py``
-in memory. The scheduler, worker, recorder and gateway depend on these protocols only, never on
-a driver; ``jobsched/runtime.py`` wires the adapters in.
+:class:`Leases`, :class:`StatusStream`, :class:`ServiceHost`, :class:`RunInspector`) with
+NATS, and ``tests/fakes.py`` in memory. The scheduler, worker, recorder and gateway depend on
+these protocols only, never on a driver; ``jobsched/runtime.py`` wires the adapters in.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.errors import BusUnavailable, Conflict
@@ -35,7 +35,10 @@ from core.model import (
     RunsFinished,
     StatusEvent,
 )
-from core.quotas import TokenRequest
+from core.quotas import Bucket, TokenRequest
+
+if TYPE_CHECKING:  # core.explain imports core.dispatch, which imports this module
+    from core.explain import LeaseView, QueueState
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +409,12 @@ class JobStore(Protocol):
         nothing."""
         ...
 
+    async def read_tokens(self, keys: Collection[str]) -> dict[str, Bucket]:
+        """The buckets among ``keys`` as stored (key → level at its ``updated_at``; a key never
+        taken is absent: a full bucket). Read only: for ``GET /jobs/{id}/explain``, which
+        applies :func:`core.quotas.take` to them without taking anything."""
+        ...
+
     async def list_audit(
         self, query: AuditQuery, *, limit: int, cursor: str | None
     ) -> Page[AuditRecord]:
@@ -650,6 +659,33 @@ class QueueDepth(Protocol):
             BusUnavailable: not answered (also while the queue's consumer does not exist).
         """
         ...
+
+
+class QueueInspector(Protocol):
+    async def queue_state(self, queue: str) -> QueueState:
+        """The shared consumer of ``queue`` as the bus reports it now (read only; a consumer
+        that does not exist is ``consumer_exists=False``, not an error).
+
+        Raises:
+            BusUnavailable: not answered.
+        """
+        ...
+
+
+class LeaseInspector(Protocol):
+    async def partition_lease(self, partition: int) -> LeaseView:
+        """Who holds ``partition``'s lease and until when (read only; no lease, or no lease
+        bucket at all, is ``owner=None``).
+
+        Raises:
+            BusUnavailable: not answered.
+        """
+        ...
+
+
+class RunInspector(QueueInspector, LeaseInspector, Protocol):
+    """What ``GET /jobs/{id}/explain`` reads of the bus (:mod:`core.explain`; NATS:
+    :class:`bus.inspect.BusInspector`)."""
 
 
 class SchedulerBus(RunQueue, RecorderProgress, EventFeed, Notices, Protocol):

@@ -42,7 +42,7 @@ from core.model import (
     JobPatch,
     JobStatus,
 )
-from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, StatusStream
+from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, RunInspector, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from gateway import dashboard
@@ -74,7 +74,8 @@ class GatewayDeps:
     ``bus`` is the gateway's API connection (notices, manual triggers); ``markers`` the
     cancellation markers on it; ``live_status`` the status stream on its live-status connection
     (``GET /ws``: the status feed and replays), kept apart so that WebSocket traffic can never
-    delay or cost the API's (None: no live status).
+    delay or cost the API's (None: no live status); ``inspector`` the read-only looks at
+    queues and leases of ``GET /jobs/{id}/explain`` (None: reported unavailable).
     """
 
     store: JobStore
@@ -86,6 +87,7 @@ class GatewayDeps:
     registry: CollectorRegistry | None = None
     live_status: StatusStream | None = None
     metrics: Metrics | None = None
+    inspector: RunInspector | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)
@@ -117,6 +119,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
         deps.clock,
         deps.config,
         deps.markers,
+        deps.inspector,
     )
     app.router.add_post("/jobs", create_job)
     app.router.add_get("/jobs", list_jobs)
@@ -130,6 +133,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/jobs/{job_id}/executions", list_executions)
     app.router.add_get("/jobs/{job_id}/executions/{execution_id}", get_execution)
     app.router.add_get("/jobs/{job_id}/upcoming", upcoming)
+    app.router.add_get("/jobs/{job_id}/explain", explain_job)
     app.router.add_get("/jobs/{job_id}/audit", job_audit)
     app.router.add_get("/audit", list_audit)
     app.router.add_get("/schedules/preview", preview)
@@ -357,6 +361,16 @@ async def upcoming(request: web.Request) -> web.Response:
         request[PRINCIPAL], request.match_info["job_id"], count
     )
     return json_response({"fireTimes": times})
+
+
+async def explain_job(request: web.Request) -> web.Response:
+    """``GET /jobs/{id}/explain``: why the job's next run has not started, or why its last
+    expected run did not happen (:mod:`core.explain`); 404 for another user's job."""
+    _only(request.query, frozenset())
+    explanation = await request.app[SERVICE].explain(
+        request[PRINCIPAL], request.match_info["job_id"]
+    )
+    return json_response(explanation)
 
 
 PREVIEW_PARAMS = frozenset({"expression", "timezone", "after", "count", "gap", "fold"})

@@ -13,6 +13,8 @@ operation     request body                                            reply
 ``pause``     ``{"id": …}``                                           the job
 ``resume``    ``{"id": …}``                                           the job
 ``trigger``   ``{"id": …}``                                           the new run
+``explain``   ``{"id": …}``                                           why its next run has
+                                                                      not started
 ``audit``     ``{"jobId", "owner", "actor", "allUsers", "limit",      a page of audit
               "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
@@ -169,6 +171,7 @@ OPERATIONS: dict[str, Operation] = {
     "pause": _on_ref(JobService.pause),
     "resume": _on_ref(JobService.resume),
     "trigger": _on_ref(JobService.trigger),
+    "explain": _on_ref(JobService.explain),
     "audit": _op_audit,
 }
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.explain import Explanation
 from core.model import (
     Execution,
     ExecutionStatus,
@@ -100,6 +101,7 @@ OPERATION_IDS = {
     ("get", "/jobs/{job_id}/audit"): "listJobAudit",
     ("get", "/audit"): "listAudit",
     ("get", "/jobs/{job_id}/upcoming"): "listUpcoming",
+    ("get", "/jobs/{job_id}/explain"): "explainJob",
     ("get", "/schedules/preview"): "previewSchedule",
     ("get", "/tasks"): "listTasks",
     ("get", "/healthz"): "getHealth",
@@ -111,6 +113,7 @@ TAGS = (
     ("/jobs/{job_id}/executions", "runs"),
     ("/jobs/{job_id}/audit", "audit"),
     ("/jobs/{job_id}/upcoming", "schedules"),
+    ("/jobs/{job_id}/explain", "diagnostics"),
     ("/jobs", "jobs"),
     ("/audit", "audit"),
     ("/schedules", "schedules"),
@@ -294,6 +297,15 @@ ROUTES: list[Route] = [
     ),
     Route(
         "get",
+        "/jobs/{job_id}/explain",
+        "Why a job's next run has not started (or its last expected run did not happen)",
+        200,
+        Explanation,
+        params=[ID],
+        problems=(401, 403, 404, 422, 503),
+    ),
+    Route(
+        "get",
         "/schedules/preview",
         "The next fire times of a cron expression",
         200,
@@ -343,7 +355,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
-             FireTimes, TaskList, Page[AuditRecord]]  # fmt: skip
+             FireTimes, TaskList, Page[AuditRecord], Explanation]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

@@ -25,6 +25,7 @@ from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
+from core.explain import Explanation
 from core.ids import new_job_id, partition_of
 from core.model import (
     CronSchedule,
@@ -53,12 +54,14 @@ from core.ports import (
     JobStatusConflict,
     JobStore,
     ManualDispatch,
+    RunInspector,
 )
 from core.quotas import TokenRequest
 from core.runs import dispatched, manual_run
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from core.values import check_parameters, is_text
+from gateway.explaining import explanation
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,6 +85,8 @@ class JobService:
         config: the gateway's settings (:class:`core.settings.GatewayConfig`): ``partitions``,
             ``max_deliver``, ``quotas``.
         markers: cancellation markers (None: cancelling does not reach running runs).
+        inspector: read-only looks at queues and leases for :meth:`explain` (None: those
+            checks are reported unavailable).
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class JobService:
         clock: Clock,
         config: GatewayConfig,
         markers: CancelRequests | None = None,
+        inspector: RunInspector | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -99,6 +105,7 @@ class JobService:
         self.clock = clock
         self.config = config
         self.markers = markers
+        self.inspector = inspector
         self._counted: OrderedDict[str, tuple[int, datetime]] = OrderedDict()
 
     # --- create and read -----------------------------------------------------------------------
@@ -458,6 +465,22 @@ class JobService:
         await self._event(job, "changed", who)
         log.info("job %s changed", job_id, extra={"job_id": job_id})
         return job
+
+    # --- explain -------------------------------------------------------------------------------
+
+    async def explain(self, who: Principal, job_id: str) -> Explanation:
+        """Why the job's next run has not started, or why its last expected run did not happen
+        (:func:`gateway.explaining.explanation`), read without changing anything.
+
+        Raises:
+            Forbidden: no ``jobs:read``.
+            JobNotFound: not the caller's job (unless admin), as :meth:`get`.
+            StoreUnavailable: the store did not answer (503).
+        """
+        job = await self.get(who, job_id)
+        return await explanation(
+            self.store, self.inspector, self.config.quotas, job, self.clock.now()
+        )
 
     # --- fire times ----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The ``jobsched`` commands that talk to the API: submit, patch, list, get, executions, the
-controls (pause, resume, cancel, trigger, delete), preview, upcoming, watch, tasks.
+controls (pause, resume, cancel, trigger, delete), preview, upcoming, explain, watch, tasks.
 
 Each finds the gateway and token in ``--url`` / ``--token`` (env ``JOBSCHED_URL`` /
 ``JOBSCHED_TOKEN``) or in the running ``jobsched dev``'s ``dev.json``, and prints with
@@ -674,6 +674,25 @@ def upcoming(job_id: str, count: int, output: str, url: str | None, token: str |
         return
     for t in times:
         click.echo(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+@_command()
+@click.argument("job_id")
+@_output_option("table")
+@_client_options
+def explain(job_id: str, output: str, url: str | None, token: str | None) -> None:
+    """Say why a job's next run has not started (or its last expected run did not happen).
+
+    table: one sentence per reason, most important first, each with its severity and stable
+    code; json: the API's answer (GET /jobs/{id}/explain).
+    """
+    answer = _call(url, token, lambda c: c.explain(job_id))
+    if output == "json":
+        _echo_json(answer)
+        return
+    click.echo(f"job {answer.job_id} is {answer.status}; next run: {_when(answer.next_run_at)}")
+    for reason in answer.reasons:
+        click.echo(f"- {reason.severity.upper()} ({reason.code}): {reason.message}")
 
 
 @_command()

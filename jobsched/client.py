@@ -26,6 +26,7 @@ from bus.callout import api_inbox_prefix
 from bus.nats import NatsClient
 from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
+from core.explain import Explanation
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 
 T = TypeVar("T")
@@ -36,6 +37,7 @@ _executions_decoder = msgspec.json.Decoder(Page[Execution])
 _problem_decoder = msgspec.json.Decoder(Problem)
 _execution_decoder = msgspec.json.Decoder(Execution)
 _audit_decoder = msgspec.json.Decoder(Page[AuditRecord])
+_explanation_decoder = msgspec.json.Decoder(Explanation)
 
 
 class FireTimes(msgspec.Struct, frozen=True, rename="camel"):
@@ -220,6 +222,11 @@ class JobschedClient:
 
     async def delete_job(self, job_id: str) -> None:
         await self._request("DELETE", f"/jobs/{job_id}")
+
+    async def explain(self, job_id: str) -> Explanation:
+        """``GET /jobs/{id}/explain``: why the job's next run has not started (reasons, most
+        important first; see :mod:`core.explain`). Raises ApiError (404: not your job)."""
+        return _explanation_decoder.decode(await self._request("GET", f"/jobs/{job_id}/explain"))
 
     async def upcoming(self, job_id: str, *, count: int = 10) -> list[datetime]:
         data = await self._request("GET", f"/jobs/{job_id}/upcoming", params={"count": str(count)})
@@ -506,6 +513,10 @@ class NatsJobschedClient:
 
     async def trigger_job(self, job_id: str) -> Execution:
         return _execution_decoder.decode(await self._call("trigger", {"id": job_id}))
+
+    async def explain(self, job_id: str) -> Explanation:
+        """As :meth:`JobschedClient.explain`, over NATS."""
+        return _explanation_decoder.decode(await self._call("explain", {"id": job_id}))
 
     async def audit(self, **filters: Any) -> Page[AuditRecord]:
         """Filters as ``GET /audit`` (camelCase): jobId, owner, actor, allUsers, limit, cursor."""

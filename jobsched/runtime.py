@@ -32,6 +32,7 @@ from actors.worker import Worker
 from bus.auth import Credentials, credentials_file_name, read_credentials
 from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
+from bus.inspect import BusInspector
 from bus.leases import LeaseBucket
 from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
@@ -501,6 +502,7 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
         parts.metrics.registry,
         live_status=LiveStream(parts.buses[Connection.LIVE]),
         metrics=parts.metrics,
+        inspector=BusInspector(api_bus),
     )
     app = create_app(deps)
     return Gateway(app, settings.http.host, settings.http.port), NatsApi(

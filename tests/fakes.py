@@ -21,6 +21,7 @@ import msgspec
 
 from core.clock import FakeClock
 from core.errors import BusUnavailable, ConsumerMissing, LeaseLost
+from core.explain import LeaseView, QueueState
 from core.ids import owner_key, run_key
 from core.live import EventBatch, StoredEvent
 from core.model import Event, JobNotice, RunMessage, RunsFinished, StatusEvent
@@ -523,6 +524,43 @@ class FakeLeases:
     async def snapshot(self) -> LeaseSnapshot:
         self._check()
         return LeaseSnapshot(frozenset(self.members), frozenset(self.keys))
+
+
+class FakeInspector:
+    """:class:`core.ports.RunInspector` over a :class:`FakeBus` and :class:`FakeLeases`: a
+    queue's consumer exists once something bound to it or published to it (on NATS a publish
+    alone creates no consumer: tests/bus/test_inspect_contract.py creates it first); runs
+    ``pending`` are its ready messages, ``in_progress`` those handed out and not settled;
+    ``waiting_pulls`` is 0 (the fake keeps no pull requests). Leases carry no expiry."""
+
+    def __init__(self, bus: FakeBus, leases: FakeLeases) -> None:
+        self.bus = bus
+        self.leases = leases
+        self.failures = 0
+        """The next this many calls raise BusUnavailable (an outage)."""
+
+    def _check(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise BusUnavailable("fake: inspection failed")
+
+    async def queue_state(self, queue: str) -> QueueState:
+        self._check()
+        consumer = self.bus.work.get(queue)
+        if consumer is None:
+            return QueueState(queue=queue, consumer_exists=False)
+        unsettled = [d for d in consumer.handed_out if d.settled in (None, "nak")]
+        return QueueState(
+            queue=queue,
+            consumer_exists=True,
+            pending=len(consumer.ready),
+            in_progress=len(unsettled),
+        )
+
+    async def partition_lease(self, partition: int) -> LeaseView:
+        self._check()
+        key = self.leases.keys.get(partition)
+        return LeaseView(partition=partition, owner=key.owner if key is not None else None)
 
 
 async def until(condition: Callable[[], bool], *, timeout_seconds: float = 5.0) -> None:

@@ -772,6 +772,14 @@ class MongoStore:
             pending = lost
         return [1.0 if w is None else w for w in waits]
 
+    async def read_tokens(self, keys: Collection[str]) -> dict[str, Bucket]:
+        """See :meth:`core.ports.JobStore.read_tokens`."""
+        if not keys:
+            return {}
+        with translated("read quota buckets"):
+            docs = await self._buckets.find({ID: {"$in": sorted(set(keys))}}).to_list()
+        return {d[ID]: Bucket(float(d["tokens"]), d["updatedAt"]) for d in docs}
+
     async def _write_buckets(
         self, changed: Mapping[str, Bucket], found: Mapping[str, Document]
     ) -> set[str]:

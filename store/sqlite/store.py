@@ -753,6 +753,20 @@ class SqliteStore:
         for (_, _, done), waits in zip(batch, results, strict=True):
             done.set_result(waits)
 
+    async def read_tokens(self, keys: Collection[str]) -> dict[str, Bucket]:
+        """See :meth:`core.ports.JobStore.read_tokens`."""
+        wanted = sorted(set(keys))
+        found: dict[str, Bucket] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            rows = await self._fetch(
+                "SELECT key, tokens, updated_at FROM quota_buckets "
+                f"WHERE key IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            found.update((r[0], Bucket(r[1], from_epoch_ms(r[2]))) for r in rows)
+        return found
+
     async def list_audit(
         self, query: AuditQuery, *, limit: int, cursor: str | None
     ) -> Page[AuditRecord]:

@@ -21,6 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus.auth import generate_users, read_credentials
+from bus.inspect import BusInspector
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
 from core.model import ExecutionStatus, RunMessage, StatusEvent
@@ -197,6 +198,55 @@ async def test_no_role_but_the_schedulers_and_gateways_can_attack_the_bus(
         snapshot = await leases.snapshot()
         assert snapshot is not None
     finally:
+        await scheduler.close()
+
+
+async def test_the_gateway_reads_leases_and_queues_for_explain_but_cannot_change_them(
+    secured: tuple[NatsServer, dict[str, Path]],
+) -> None:
+    """``GET /jobs/{id}/explain`` reads a partition's lease and a queue's consumer info on the
+    gateway's connection (:mod:`bus.inspect`); the same user may neither write, delete nor purge
+    a lease (taking a partition would let it dispatch runs), nor bind to the lease bucket's
+    stream with a consumer."""
+    server, files = secured
+    scheduler = role_bus(server.url, files["scheduler"], "jobsched-scheduler")
+    gateway = role_bus(server.url, files["gateway"], "jobsched-gateway")
+    await scheduler.connect()
+    await gateway.connect()
+    try:
+        inspector = BusInspector(gateway)
+        assert (await inspector.partition_lease(0)).owner is None, "no bucket yet: nobody"
+        await scheduler.ensure_streams()
+        leases = LeaseBucket(scheduler, ttl_seconds=5)
+        await leases.open()
+        assert (await inspector.partition_lease(0)).owner is None, "no lease: nobody"
+        revision = await leases.acquire(0, "s1")
+        assert revision is not None
+        lease = await inspector.partition_lease(0)
+        assert lease.owner == "s1" and lease.expires_at is not None
+        assert not (await inspector.queue_state("default")).consumer_exists
+        worker = role_bus(server.url, files["worker"], "jobsched-worker")
+        await worker.connect()
+        try:
+            await worker.ensure_work_consumer("default")
+        finally:
+            await worker.close()
+        assert (await inspector.queue_state("default")).consumer_exists
+        await leases.release(0, revision)
+        assert (await inspector.partition_lease(0)).owner is None, "a released lease: nobody"
+        async with attacker(server.url, files["gateway"]) as (nc, errors):
+            await nc.publish(f"$KV.{PREFIX}_leases.p.1", b'{"owner": "gateway"}')
+            await refused(errors, f'Publish to "$KV.{PREFIX}_leases.p.1"')
+            js = nc.jetstream(timeout=1)
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.purge_stream(f"KV_{PREFIX}_leases")
+            await refused(errors, f"$JS.API.STREAM.PURGE.KV_{PREFIX}_leases")
+            with pytest.raises((nats.errors.Error, TimeoutError)):
+                await js.add_consumer(f"KV_{PREFIX}_leases", durable_name="steal")
+            await refused(errors, f"$JS.API.CONSUMER.DURABLE.CREATE.KV_{PREFIX}_leases.steal")
+        assert (await leases.snapshot()).taken == frozenset(), "nothing of it took effect"
+    finally:
+        await gateway.close()
         await scheduler.close()
 
 

@@ -282,3 +282,13 @@ async def test_a_large_request_waits_for_a_full_bucket_then_overdraws_it(store: 
     assert wait == 0.0
     [wait] = await store.take_tokens(asks("runs:alice", 1), now=T0 + timedelta(seconds=1))
     assert wait == pytest.approx(4.0), "7 tokens of debt, then one more, at 2 per second"
+
+
+async def test_reading_buckets_takes_nothing(store: JobStore, other: JobStore) -> None:
+    assert await store.read_tokens(["runs:alice"]) == {}, "never taken: absent (full)"
+    await store.take_tokens(asks("runs:alice", 2), now=T0)
+    read = await other.read_tokens(["runs:alice", "runs:bob"])
+    assert set(read) == {"runs:alice"}
+    assert (read["runs:alice"].tokens, read["runs:alice"].updated_at) == (1.0, T0)
+    assert await store.read_tokens(["runs:alice"]) == read, "a read takes no token"
+    assert await store.read_tokens([]) == {}
