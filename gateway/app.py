@@ -31,6 +31,7 @@ from core.errors import (
     InvalidRequest,
     JobschedError,
     MalformedRequest,
+    NameTaken,
     PayloadTooLarge,
     QuotaExceeded,
     Unavailable,
@@ -198,7 +199,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         resp = await handler(request)
     except JobschedError as e:
-        errors = e.errors if isinstance(e, InvalidRequest) else None
+        errors = e.errors if isinstance(e, InvalidRequest | NameTaken) else None
         if isinstance(e, Unavailable):
             log.warning("503 for %s %s: %s", request.method, request.path, e)
         elif e.status >= 500:  # e.g. StoreRejected: a value the validation let through

@@ -42,6 +42,7 @@ from core.errors import (
     InvalidRequest,
     JobschedError,
     MalformedRequest,
+    NameTaken,
     QuotaExceeded,
     Unavailable,
 )
@@ -225,7 +226,7 @@ class NatsApi:
 
 
 def _problem(e: JobschedError, operation: str) -> bytes:
-    errors = e.errors if isinstance(e, InvalidRequest) else None
+    errors = e.errors if isinstance(e, InvalidRequest | NameTaken) else None
     return _encoder.encode(
         Problem(
             type=f"https://jobsched.dev/problems/{e.code}",
