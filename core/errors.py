@@ -154,6 +154,14 @@ class PayloadTooLarge(JobschedError):
     status = 413
 
 
+class UnsupportedMediaType(JobschedError):
+    """The body's ``Content-Type`` is not one the endpoint reads (HTTP 415, RFC 9110 §15.5.16):
+    a JSON body sent as ``text/plain``, a form or ``application/octet-stream``."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
 class Unavailable(JobschedError, ConnectionError):
     """A dependency (store or NATS) cannot be reached now; a retry may succeed (HTTP 503).
 

@@ -251,6 +251,14 @@ LabelMap = Annotated[
     ),
 ]
 
+LabelPatch = Annotated[
+    dict[str, str | None],
+    msgspec.Meta(
+        description="a JSON merge patch (RFC 7396) of the labels: a string sets the key, null "
+        "removes it, keys not named are kept",
+    ),
+]
+
 
 class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Body of ``POST /jobs``.
@@ -297,7 +305,7 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     history_limit: HistoryLimit | msgspec.UnsetType | None = msgspec.UNSET
     history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
     name: JobName | msgspec.UnsetType | None = msgspec.UNSET
-    labels: dict[str, str | None] | None = None
+    labels: LabelPatch | None = None
 
 
 class JobSpec(Model, kw_only=True, frozen=True):
