@@ -163,5 +163,8 @@ async def test_list_takes_the_name_task_and_label_filters(stack: Stack) -> None:
         with pytest.raises(ApiError) as reversed_range:
             await api.list_jobs(startTime="2030-01-02T00:00:00Z", endTime="2030-01-01T00:00:00Z")
         assert problem_fields(reversed_range.value) == ["startTime"]
+        with pytest.raises(ApiError) as repeated:  # raw bytes: a key twice in one object
+            await api._call("list", msgspec.Raw(b'{"labels": "team=billing", "labels": "x"}'))
+        assert (repeated.value.status, problem_fields(repeated.value)) == (422, ["labels"])
     http_view = await stack.client().list_jobs(labels="team=billing")
     assert [j.id for j in http_view.items] == [billing.id]
