@@ -112,6 +112,20 @@ class Conflict(JobschedError):
     status = 409
 
 
+class NameTaken(Conflict):
+    """The owner has a job with this ``name`` already (HTTP 409; names are unique per owner).
+
+    Attributes:
+        errors: the field, as an :class:`InvalidRequest`'s (``name``).
+    """
+
+    code = "name_taken"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a job named {name!r} exists already")
+        self.errors = [FieldError("name", f"{name!r} is the name of another of your jobs")]
+
+
 class QuotaExceeded(JobschedError):
     """A per-user quota does not allow the request now (HTTP 429, RFC 6585 §4).
 
@@ -138,6 +152,14 @@ class QuotaExceeded(JobschedError):
 class PayloadTooLarge(JobschedError):
     code = "payload_too_large"
     status = 413
+
+
+class UnsupportedMediaType(JobschedError):
+    """The body's ``Content-Type`` is not one the endpoint reads (HTTP 415, RFC 9110 §15.5.16):
+    a JSON body sent as ``text/plain``, a form or ``application/octet-stream``."""
+
+    code = "unsupported_media_type"
+    status = 415
 
 
 class Unavailable(JobschedError, ConnectionError):

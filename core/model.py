@@ -18,6 +18,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 import msgspec
 
 from core.ids import run_msg_id
+from core.labels import JOB_NAME_PATTERN
 
 T = TypeVar("T")
 
@@ -235,6 +236,30 @@ HistoryMaxAgeSeconds = Annotated[
 ]
 
 
+JobName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=JOB_NAME_PATTERN,
+        description="unique among the owner's jobs; letters, digits, '.', '_', '-'",
+    ),
+]
+LabelMap = Annotated[
+    dict[str, str],
+    msgspec.Meta(
+        description="label key -> value, Kubernetes syntax ([prefix/]name, values of at most "
+        "63 characters), at most 64 labels",
+    ),
+]
+
+LabelPatch = Annotated[
+    dict[str, str | None],
+    msgspec.Meta(
+        description="a JSON merge patch (RFC 7396) of the labels: a string sets the key, null "
+        "removes it, keys not named are kept",
+    ),
+]
+
+
 class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Body of ``POST /jobs``.
 
@@ -255,13 +280,17 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     history_limit: HistoryLimit | None = None
     history_max_age_seconds: HistoryMaxAgeSeconds | None = None
+    name: JobName | None = None
+    labels: LabelMap = msgspec.field(default_factory=dict)
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged).
 
     ``history_limit`` and ``history_max_age_seconds`` may be null: back to the deployment's
-    default.
+    default. ``name`` null removes the job's name. ``labels`` is a JSON merge patch (RFC 7396)
+    of the job's labels: a key with a string value is set, a key with null removed, the keys it
+    does not name are kept (:func:`core.labels.merge_labels`).
     """
 
     schedule: ScheduleIn | None = None
@@ -275,6 +304,8 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy | None = None
     history_limit: HistoryLimit | msgspec.UnsetType | None = msgspec.UNSET
     history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
+    name: JobName | msgspec.UnsetType | None = msgspec.UNSET
+    labels: LabelPatch | None = None
 
 
 class JobSpec(Model, kw_only=True, frozen=True):
@@ -285,6 +316,10 @@ class JobSpec(Model, kw_only=True, frozen=True):
 
     ``history_limit`` / ``history_max_age_seconds``: the job's retention of finished runs
     (None: the deployment's default; see :mod:`core.history`).
+
+    ``name``: optional, unique among its owner's jobs (:data:`core.labels.JOB_NAME_PATTERN`);
+    ``labels``: string keys and values with Kubernetes' syntax, at most 64
+    (:mod:`core.labels`), for ``GET /jobs?labels=<selector>``.
     """
 
     task_id: str
@@ -299,6 +334,8 @@ class JobSpec(Model, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     history_limit: int | None = None
     history_max_age_seconds: float | None = None
+    name: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 SPEC_FIELDS = JobSpec.__struct_fields__

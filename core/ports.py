@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.errors import BusUnavailable, Conflict
+from core.labels import Selector
 from core.live import EventBatch, StoredEvent
 from core.model import (
     DeadLetter,
@@ -52,6 +53,9 @@ class JobQuery:
         created_from: creation time >= this (aware).
         created_to: creation time < this (aware).
         task_id: only jobs of this task (exact match).
+        name: only the job of this name (exact match).
+        labels: only jobs whose labels match this selector (:mod:`core.labels`; None or the
+            empty selector: any labels).
     """
 
     status: JobStatus | None = None
@@ -59,6 +63,8 @@ class JobQuery:
     created_from: datetime | None = None
     created_to: datetime | None = None
     task_id: str | None = None
+    name: str | None = None
+    labels: Selector | None = None
 
 
 class IdempotencyKeyReused(Conflict):

@@ -31,10 +31,12 @@ from core.errors import (
     InvalidRequest,
     JobschedError,
     MalformedRequest,
+    NameTaken,
     PayloadTooLarge,
     QuotaExceeded,
     Unavailable,
 )
+from core.labels import parse_selector
 from core.model import (
     ExecutionStatus,
     Job,
@@ -49,6 +51,12 @@ from gateway import dashboard
 from gateway.auth import principal_from_authorization
 from gateway.cors import enable_cors, is_preflight
 from gateway.http_metrics import http_metrics_middleware
+from gateway.inputs import (
+    check_duplicate_keys,
+    check_json_media_type,
+    check_single_values,
+    check_time_range,
+)
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
@@ -202,7 +210,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         resp = await handler(request)
     except JobschedError as e:
-        errors = e.errors if isinstance(e, InvalidRequest) else None
+        errors = e.errors if isinstance(e, InvalidRequest | NameTaken) else None
         if isinstance(e, Unavailable):
             log.warning("503 for %s %s: %s", request.method, request.path, e)
         elif e.status >= 500:  # e.g. StoreRejected: a value the validation let through
@@ -292,11 +300,15 @@ async def read_json(request: web.Request, decoder: msgspec.json.Decoder[Any]) ->
     """Decode the body with ``decoder``.
 
     Raises:
-        MalformedRequest: not JSON (400). InvalidRequest: wrong shape (422), naming the field.
+        UnsupportedMediaType: a ``Content-Type`` that is not JSON (415). MalformedRequest: not
+            JSON (400). InvalidRequest: wrong shape, or a key repeated in an object (422),
+            naming the field.
     """
     body = await request.read()
     if not body:
         raise MalformedRequest("the request body is empty; send a JSON object")
+    check_json_media_type(request.headers.get("Content-Type"))
+    check_duplicate_keys(body)
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
@@ -400,6 +412,8 @@ LIST_PARAMS = frozenset(
         "startTime",
         "endTime",
         "taskId",
+        "name",
+        "labels",
         "limit",
         "cursor",
         "owner",
@@ -410,15 +424,20 @@ LIST_PARAMS = frozenset(
 
 async def list_jobs(request: web.Request) -> web.Response:
     """``GET /jobs``: the caller's jobs, newest first, filtered, cursor-paginated; an admin's
-    choice of ``owner``'s or (``allUsers=true``) everyone's."""
+    choice of ``owner``'s or (``allUsers=true``) everyone's. ``labels`` is a label selector
+    (:func:`core.labels.parse_selector`); every filter given must hold."""
     q = request.query
     _only(q, LIST_PARAMS)
+    times = {name: _time_param(q, name) for name in ("startTime", "endTime")}
+    check_time_range(times)
     query = JobQuery(
         status=_enum_param(q, "status", JobStatus),
         last_run_status=_enum_param(q, "lastRunStatus", ExecutionStatus),
-        created_from=_time_param(q, "startTime"),
-        created_to=_time_param(q, "endTime"),
+        created_from=times["startTime"],
+        created_to=times["endTime"],
         task_id=q.get("taskId") or None,
+        name=q.get("name") or None,
+        labels=parse_selector(q.get("labels", ""), "labels"),
     )
     page = await request.app[SERVICE].list_jobs(
         request[PRINCIPAL],
@@ -611,6 +630,7 @@ def _int_param(q: Any, name: str, *, default: int, low: int, high: int) -> int:
 
 
 def _only(q: Any, known: frozenset[str] | set[str]) -> None:
+    check_single_values(q)
     unknown = sorted(set(q) - set(known))
     if unknown:
         listed = ", ".join(sorted(known))

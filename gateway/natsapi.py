@@ -8,7 +8,8 @@ operation     request body                                            reply
 ``create``    a job (as ``POST /jobs``); header ``Idempotency-Key``   the job
 ``get``       ``{"id": "<job id>"}``                                  the job
 ``list``      ``{"status", "lastRunStatus", "startTime", "endTime", "taskId",   a page of jobs
-              "limit", "cursor", "owner", "allUsers"}`` (all optional)
+              "name", "labels", "limit", "cursor", "owner", "allUsers"}``
+              (all optional; ``labels`` a label selector, as ``GET /jobs``)
 ``cancel``    ``{"id": …}``                                           the job
 ``pause``     ``{"id": …}``                                           the job
 ``resume``    ``{"id": …}``                                           the job
@@ -18,6 +19,8 @@ operation     request body                                            reply
 ``audit``     ``{"jobId", "owner", "actor", "allUsers", "limit",      a page of audit
               "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
+
+As over HTTP, a key repeated in a JSON object is refused (422 naming it).
 
 Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
 Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
@@ -44,13 +47,16 @@ from core.errors import (
     InvalidRequest,
     JobschedError,
     MalformedRequest,
+    NameTaken,
     QuotaExceeded,
     Unavailable,
 )
+from core.labels import parse_selector
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
 from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
 from gateway.auth import principal_from_authorization
+from gateway.inputs import check_duplicate_keys, check_time_range
 from gateway.problems import quota_limit, retry_after
 from gateway.service import JobService
 
@@ -76,6 +82,8 @@ class ListRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     start_time: datetime | None = None
     end_time: datetime | None = None
     task_id: str | None = None
+    name: str | None = None
+    labels: str | None = None
     limit: int = msgspec.field(default=50)
     cursor: str | None = None
     owner: str | None = None
@@ -101,6 +109,7 @@ Operation = Callable[[JobService, Principal, bytes, dict[str, str]], Awaitable[A
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
+    check_duplicate_keys(data)
     try:
         return decoder.decode(data or b"{}")
     except msgspec.ValidationError as e:
@@ -126,8 +135,17 @@ async def _op_list(svc: JobService, user: Principal, data: bytes, headers: dict[
         None if t is None else schedules.checked_instant(t, name)
         for name, t in (("startTime", req.start_time), ("endTime", req.end_time))
     )
+    check_time_range({"startTime": start, "endTime": end})
     _check_limit(req.limit)
-    query = JobQuery(req.status, req.last_run_status, start, end, req.task_id or None)
+    query = JobQuery(
+        req.status,
+        req.last_run_status,
+        start,
+        end,
+        req.task_id or None,
+        name=req.name or None,
+        labels=parse_selector(req.labels or "", "labels"),
+    )
     return await svc.list_jobs(
         user,
         query,
@@ -228,7 +246,7 @@ class NatsApi:
 
 
 def _problem(e: JobschedError, operation: str) -> bytes:
-    errors = e.errors if isinstance(e, InvalidRequest) else None
+    errors = e.errors if isinstance(e, InvalidRequest | NameTaken) else None
     return _encoder.encode(
         Problem(
             type=f"https://jobsched.dev/problems/{e.code}",

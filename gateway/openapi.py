@@ -153,7 +153,7 @@ ROUTES: list[Route] = [
         201,
         Job,
         JobCreate,
-        problems=(400, 401, 403, 409, 413, 422, 429, 503),
+        problems=(400, 401, 403, 409, 413, 415, 422, 429, 503),
         headers={
             "Idempotency-Key": "Makes the request idempotent: the same key and body "
             "return the original job (200), another body answers 409."
@@ -175,6 +175,14 @@ ROUTES: list[Route] = [
             Param("startTime", INSTANT, "Created at or after (RFC 3339 with offset)."),
             Param("endTime", INSTANT, "Created before (RFC 3339 with offset)."),
             Param("taskId", {"type": "string"}, "Only jobs of this task."),
+            Param("name", {"type": "string"}, "Only the job of this name."),
+            Param(
+                "labels",
+                {"type": "string", "examples": ["team=billing,env!=dev", "tier in (a,b),!legacy"]},
+                "A label selector (Kubernetes syntax): requirements separated by commas, all of "
+                "which must hold: `key=value` (or `==`), `key!=value`, `key in (v1,v2)`, "
+                "`key notin (v1,v2)`, `key` (present), `!key` (absent).",
+            ),
             LIMIT,
             CURSOR,
             OWNER,
@@ -188,12 +196,12 @@ ROUTES: list[Route] = [
     Route(
         "patch",
         "/jobs/{job_id}",
-        "Change a job's schedule, parameters or options",
+        "Change a job's schedule, parameters, options, name or labels",
         200,
         Job,
         JobPatch,
         [ID],
-        problems=(400, 401, 403, 404, 409, 413, 422, 503),
+        problems=(400, 401, 403, 404, 409, 413, 415, 422, 503),
     ),
     Route(
         "delete",
@@ -342,8 +350,10 @@ PROBLEM_TEXT = {
     401: "Missing or invalid bearer token.",
     403: "The token does not allow this: read-only, or another user's records without admin.",
     404: "No such job (or run of it) for this user.",
-    409: "The job's status does not allow this, or the Idempotency-Key was used for another body.",
+    409: "The job's status does not allow this, the Idempotency-Key was used for another body, "
+    "or another of your jobs has this `name` (`name_taken`).",
     413: "The body is too large.",
+    415: "The body's Content-Type is not JSON (`application/json`).",
     422: "Invalid input; `errors` names each field and the reason.",
     429: "A per-user quota (`limit` names it) does not allow this now; `Retry-After` says when "
     "to retry, when waiting helps.",

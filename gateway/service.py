@@ -27,6 +27,7 @@ from core.clock import Clock
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.explain import Explanation
 from core.ids import new_job_id, partition_of
+from core.labels import check_labels, merge_labels
 from core.model import (
     CronSchedule,
     Execution,
@@ -120,11 +121,13 @@ class JobService:
 
         Raises:
             Forbidden: a read-only token (403).
-            InvalidRequest: unknown task, parameters of the wrong shape or outside the stored range
+            InvalidRequest: unknown task, labels breaking :mod:`core.labels`' rules (naming
+                the key), parameters of the wrong shape or outside the stored range
                 (:mod:`core.values`), invalid schedule, an interval below the smallest one,
                 options beyond this deployment's limits, a malformed idempotency key.
             QuotaExceeded: ``createsPerSecond`` (with a retry time) or ``activeJobs`` (429).
             IdempotencyKeyReused: the key was used for a different request (409).
+            NameTaken: the owner has a job of this ``name`` (409).
             StoreUnavailable: nothing was stored (503).
         """
         who.require_write()
@@ -152,6 +155,7 @@ class JobService:
         spec = self.catalog.get(body.task_id)
         spec.decode_params(body.parameters)
         check_parameters(body.parameters)
+        check_labels(body.labels)
         now = self.clock.now()
         sched = schedules.normalize(body.schedule, now, grace_seconds=body.misfire_grace_seconds)
         quotas.check_schedule(self.config.quotas, sched, now)
@@ -423,12 +427,15 @@ class JobService:
         return run
 
     async def patch(self, who: Principal, job_id: str, patch: JobPatch) -> Job:
-        """Change the schedule, parameters or options; the next run is recomputed from now when
-        the schedule changes.
+        """Change the schedule, parameters, options, name or labels; the next run is recomputed
+        from now when the schedule changes. ``patch.labels`` is merged into the job's labels
+        (RFC 7396: null removes a key, :func:`core.labels.merge_labels`).
 
         Raises:
             Forbidden: a read-only token.
-            InvalidRequest: as :meth:`create`, for the changed fields.
+            InvalidRequest: as :meth:`create`, for the changed fields; labels that would break
+                the label rules once merged, naming the key.
+            NameTaken: another job of the owner has the new name (409).
             JobStatusConflict: the job is finished or cancelled.
         """
         who.require_write()
@@ -453,7 +460,9 @@ class JobService:
                 next_run_at = schedules.first_run_at(schedule, now)
         max_attempts = patch.max_attempts or job.max_attempts
         self._check_attempts(max_attempts)
-        new_spec = patched_spec(job.spec, patch, schedule=schedule)
+        labels = job.labels if patch.labels is None else merge_labels(job.labels, patch.labels)
+        check_labels(labels)
+        new_spec = patched_spec(job.spec, patch, schedule=schedule, labels=labels)
         job = await self.store.update_job(
             owner,
             job_id,

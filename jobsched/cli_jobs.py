@@ -167,6 +167,8 @@ def _show_job(job: Job, output: str) -> None:
     spec = msgspec.to_builtins(job)
     rows = [
         ("id", job.id),
+        ("name", job.name or "-"),
+        ("labels", ",".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
         ("task", job.task_id),
         ("schedule", _schedule_words(job)),
         ("status", job.status),
@@ -235,6 +237,73 @@ def _parse_param(values: tuple[str, ...]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
+
+
+def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
+    """``--label KEY=VALUE`` options as a label map (VALUE may be empty)."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
+def _naming_options(patching: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--name`` and ``--label`` (and, to patch, ``--remove-label`` and ``--clear-name``)."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--name", default=None, help="The job's name (unique among your jobs)."),
+            click.option(
+                "--label",
+                "labels",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="A label (Kubernetes syntax); repeatable."
+                + (" Other labels are kept." if patching else ""),
+            ),
+        ]
+        if patching:
+            options += [
+                click.option(
+                    "--remove-label",
+                    "remove_labels",
+                    multiple=True,
+                    metavar="KEY",
+                    help="Remove this label; repeatable.",
+                ),
+                click.option("--clear-name", is_flag=True, help="Remove the job's name."),
+            ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _naming(
+    name: str | None,
+    labels: tuple[str, ...],
+    remove_labels: tuple[str, ...] = (),
+    clear_name: bool = False,
+) -> dict[str, Any]:
+    """The ``name`` and ``labels`` fields the options give (a PATCH's labels: a merge patch,
+    null removing a key)."""
+    if clear_name and name is not None:
+        raise click.UsageError("use --name or --clear-name, not both")
+    body: dict[str, Any] = {}
+    if name is not None or clear_name:
+        body["name"] = name
+    patch: dict[str, str | None] = {**_parse_labels(labels)}
+    for key in remove_labels:
+        if key in patch:
+            raise click.UsageError(f"--label and --remove-label both name {key!r}")
+        patch[key] = None
+    if patch:
+        body["labels"] = patch
+    return body
 
 
 def _schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -398,6 +467,7 @@ def _spec(
 @_command()
 @click.argument("task_id")
 @_spec_options
+@_naming_options(patching=False)
 @_schedule_options
 @click.option(
     "--idempotency-key",
@@ -425,6 +495,7 @@ def submit(
     """Create a job running TASK_ID (immediately unless --at, --cron or --every)."""
     schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
     body: dict[str, Any] = {"taskId": task_id, **_spec(*(options.pop(k) for k in _SPEC_KEYS))}
+    body |= _naming(options.pop("name"), options.pop("labels"))
     if schedule is not None:
         body["schedule"] = schedule
     if (
@@ -475,6 +546,7 @@ _SPEC_KEYS = (
 @_command()
 @click.argument("job_id")
 @_spec_options
+@_naming_options(patching=True)
 @_schedule_options
 @_output_option("json")
 @_client_options
@@ -483,10 +555,12 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 
     --param KEY=VALUE changes one parameter and keeps the others; --params-json replaces them
     all (--param then applies on top). A new schedule computes the next run from now.
+    --label KEY=VALUE sets one label and --remove-label KEY removes one; the others stay.
     """
     merge = options["params"] and not options["params_json"]
     schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
     body = _spec(*(options.pop(k) for k in _SPEC_KEYS))
+    body |= _naming(*(options.pop(k) for k in ("name", "labels", "remove_labels", "clear_name")))
     if schedule is not None:
         body["schedule"] = schedule
     if not body:
@@ -509,6 +583,14 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
     "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
 )
 @click.option("--task", "task_id", default=None, help="Only jobs of this task.")
+@click.option("--name", default=None, help="Only the job of this name.")
+@click.option(
+    "--selector",
+    "-l",
+    "selector",
+    default=None,
+    help="Only jobs whose labels match this selector, e.g. 'team=billing,env!=dev'.",
+)
 @click.option(
     "--created-after", default=None, help="Only jobs created at or after this RFC 3339 time."
 )
@@ -522,6 +604,8 @@ def list_(
     status: str | None,
     last_run_status: str | None,
     task_id: str | None,
+    name: str | None,
+    selector: str | None,
     created_after: str | None,
     created_before: str | None,
     limit: int,
@@ -539,6 +623,8 @@ def list_(
             status=status,
             last_run_status=last_run_status,
             task_id=task_id,
+            name=name,
+            labels=selector,
             start_time=_instant(created_after, "--created-after"),
             end_time=_instant(created_before, "--created-before"),
             limit=limit,
@@ -552,6 +638,7 @@ def list_(
     rows = [
         (
             j.id,
+            j.name or "-",
             j.task_id,
             _schedule_words(j),
             j.status,
@@ -561,7 +648,8 @@ def list_(
         )
         for j in page.items
     ]
-    _table(("ID", "TASK", "SCHEDULE", "STATUS", "LAST RUN", "LAST STATUS", "NEXT RUN"), rows)
+    header = ("ID", "NAME", "TASK", "SCHEDULE", "STATUS", "LAST RUN", "LAST STATUS", "NEXT RUN")
+    _table(header, rows)
     _more(page)
 
 

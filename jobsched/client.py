@@ -297,12 +297,17 @@ class JobschedClient:
         cursor: str | None = None,
         owner: str | None = None,
         all_users: bool = False,
+        name: str | None = None,
+        labels: str | None = None,
     ) -> Page[Job]:
-        """``GET /jobs``; ``owner`` and ``all_users`` need an admin token."""
+        """``GET /jobs``; ``owner`` and ``all_users`` need an admin token; ``labels`` is a label
+        selector (``"team=billing,env!=dev"``, :func:`core.labels.parse_selector`)."""
         params = _params(
             status=status,
             lastRunStatus=last_run_status,
             taskId=task_id,
+            name=name,
+            labels=labels,
             startTime=start_time.isoformat() if start_time else None,
             endTime=end_time.isoformat() if end_time else None,
             limit=str(limit) if limit else None,
@@ -499,7 +504,8 @@ class NatsJobschedClient:
         return _job_decoder.decode(await self._call("get", {"id": job_id}))
 
     async def list_jobs(self, **filters: Any) -> Page[Job]:
-        """Filters as HTTP (camelCase): status, lastRunStatus, startTime, endTime, limit, cursor."""
+        """Filters as HTTP (camelCase): status, lastRunStatus, startTime, endTime, taskId, name,
+        labels (a label selector), limit, cursor, owner, allUsers."""
         return _jobs_decoder.decode(await self._call("list", filters))
 
     async def cancel_job(self, job_id: str) -> Job:

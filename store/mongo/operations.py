@@ -13,6 +13,7 @@ from pymongo import ASCENDING, DESCENDING, UpdateOne
 
 from core.audit import AuditQuery
 from core.job_status import HELD_VALUES, job_status_write
+from core.labels import Selector, label_terms
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     ExecutionStatus,
@@ -30,8 +31,10 @@ from store.mongo.schema import (
     FINISHED,
     ID,
     KEYED,
+    LABEL_TERMS,
     LAST_RUN_SCHEDULED_FOR,
     LAST_RUN_STATE_RANK,
+    NAMED,
     UNFINISHED,
     Document,
 )
@@ -68,6 +71,10 @@ def jobs_query(owner: str | None, query: JobQuery, page: Keyset) -> Document:
         where["lastRunStatus"] = query.last_run_status.value
     if query.task_id is not None:
         where["taskId"] = query.task_id
+    if query.name is not None:
+        where["name"] = {**NAMED["name"], "$eq": query.name}
+    if query.labels:
+        where.update(labels_filter(query.labels))
     created: Document = {}
     if query.created_from is not None:
         created["$gte"] = query.created_from
@@ -76,6 +83,34 @@ def jobs_query(owner: str | None, query: JobQuery, page: Keyset) -> Document:
     if created:
         where["createdAt"] = created
     return older_than(where, "createdAt", page.after)
+
+
+def labels_filter(selector: Selector) -> Document:
+    """The filter of a label selector over a job's ``labelTerms``
+    (:meth:`core.labels.Selector.clauses`): the single terms the job must have (``$all``, the
+    index's bounds), one set of which it must have one (``$in``), further sets (``$and``), and
+    the terms it must not have, all in one ``$nin`` (none of A and none of B: none of both)."""
+    required: list[str] = []
+    any_of: list[list[str]] = []
+    excluded: list[str] = []
+    for clause in selector.clauses():
+        if clause.negated:
+            excluded.extend(clause.terms)
+        elif len(clause.terms) == 1:
+            required.append(clause.terms[0])
+        else:
+            any_of.append(sorted(clause.terms))
+    terms: Document = {}
+    if required:
+        terms["$all"] = sorted(set(required))
+    if any_of:
+        terms["$in"] = any_of[0]
+    if excluded:
+        terms["$nin"] = sorted(set(excluded))
+    where: Document = {LABEL_TERMS: terms} if terms else {}
+    if len(any_of) > 1:
+        where["$and"] = [{LABEL_TERMS: {"$in": t}} for t in any_of[1:]]
+    return where
 
 
 NEWEST_JOBS_FIRST = [("createdAt", DESCENDING), (ID, DESCENDING)]
@@ -180,6 +215,7 @@ def change_update(change: JobChange, now: datetime) -> Document:
         fields["nextRunAt"] = change.next_run_at
     if change.spec is not None:
         fields.update(spec_fields(change.spec))
+        fields[LABEL_TERMS] = label_terms(change.spec.labels) or None
     return set_or_unset(fields)
 
 

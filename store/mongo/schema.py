@@ -43,6 +43,8 @@ LAST_RUN_SCHEDULED_FOR = "lastRunScheduledFor"
 LAST_RUN_STATE_RANK = "lastRunStateRank"
 # ... and the hash of the request that created the job (idempotency: same key, same request?).
 REQUEST_HASH = "requestHash"
+# ... and the index terms of its labels (:func:`core.labels.label_terms`: "key", "key=value").
+LABEL_TERMS = "labelTerms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,10 @@ KEYED = {"idempotencyKey": {"$type": "string"}}
 """Partial filter of ``jobs_owner_idempotency_key``: only jobs created with a key are indexed (and
 unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
 IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
+NAMED = {"name": {"$type": "string"}}
+"""Partial filter of ``jobs_owner_name`` and ``jobs_name``: only jobs with a name are indexed
+(and, per owner, unique)."""
+NAME_INDEX = "jobs_owner_name"
 
 INDEXES: tuple[IndexSpec, ...] = (
     IndexSpec(
@@ -133,6 +139,50 @@ INDEXES: tuple[IndexSpec, ...] = (
         "create_job: an idempotency key is unique per owner; the lookup of the job that has it",
         partial=KEYED,
         unique=True,
+    ),
+    IndexSpec(
+        JOBS,
+        NAME_INDEX,
+        (("owner", ASCENDING), ("name", ASCENDING)),
+        "create_job, update_job: a name is unique per owner; list_jobs?name=…",
+        partial=NAMED,
+        unique=True,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_name_created",
+        (("name", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?name=… of every user (admins)",
+        partial=NAMED,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_task_created",
+        (("owner", ASCENDING), ("taskId", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?taskId=…",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_task_created",
+        (("taskId", ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?taskId=… of every user (admins)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_owner_labels_created",
+        (
+            ("owner", ASCENDING),
+            (LABEL_TERMS, ASCENDING),
+            ("createdAt", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_jobs?labels=<selector> (multikey: one entry per label term)",
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_labels_created",
+        ((LABEL_TERMS, ASCENDING), ("createdAt", DESCENDING), (ID, DESCENDING)),
+        "list_jobs?labels=<selector> of every user (admins)",
     ),
     IndexSpec(
         JOBS,

@@ -19,8 +19,16 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
-from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
+from core.errors import (
+    ConfigError,
+    Conflict,
+    JobNotFound,
+    NameTaken,
+    StoreRejected,
+    StoreUnavailable,
+)
 from core.history import NEVER_RAN, observes_attempt, record_attempts
+from core.labels import label_terms
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
     AnyDispatch,
@@ -78,6 +86,8 @@ from store.mongo.schema import (
     ID,
     IDEMPOTENCY_INDEX,
     JOBS,
+    LABEL_TERMS,
+    NAME_INDEX,
     QUOTA_BUCKETS,
     REQUEST_HASH,
     Document,
@@ -232,6 +242,8 @@ class MongoStore:
         doc = to_document(job)
         if request_hash is not None:
             doc[REQUEST_HASH] = request_hash
+        if job.labels:
+            doc[LABEL_TERMS] = label_terms(job.labels)
         for _ in range(UPDATE_ATTEMPTS):
             try:
                 with translated("create job", passing=(DuplicateKeyError,)):
@@ -250,6 +262,8 @@ class MongoStore:
                         from_document(winner, Job),
                         same_request=winner.get(REQUEST_HASH) == request_hash,
                     )
+            if index == NAME_INDEX and job.name is not None:
+                raise NameTaken(job.name)
             if index != IDEMPOTENCY_INDEX:
                 raise Conflict(f"job {job.id} exists")
         raise StoreUnavailable("the job's idempotency key kept changing hands; retry")
@@ -272,12 +286,18 @@ class MongoStore:
         applied (:func:`applied`), the same fields the update sets."""
         update = change_update(change, now)
         for _ in range(UPDATE_ATTEMPTS):
-            with translated("update job"):
-                doc = await self._jobs.find_one_and_update(
-                    change_query(owner, job_id, change),
-                    update,
-                    return_document=ReturnDocument.BEFORE,
-                )
+            try:
+                with translated("update job", passing=(DuplicateKeyError,)):
+                    doc = await self._jobs.find_one_and_update(
+                        change_query(owner, job_id, change),
+                        update,
+                        return_document=ReturnDocument.BEFORE,
+                    )
+            except DuplicateKeyError as e:
+                name = change.spec.name if change.spec is not None else None
+                if name is not None and duplicate_index(e) == NAME_INDEX:
+                    raise NameTaken(name) from None
+                raise StoreRejected(f"update job: {e}") from None
             if doc is not None:
                 before = from_document(doc, Job)
                 after = applied(before, change, now)

@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 CREATE INDEX IF NOT EXISTS dead_letters_at ON dead_letters (at DESC, id DESC);
 """
 
+_SPEC_FIELD = "json_extract(CAST(spec AS TEXT), '$.{}')"
 MIGRATIONS = (
     ("executions", "dispatched_by", "TEXT"),
     ("executions", "extra", "BLOB"),
@@ -93,12 +94,57 @@ MIGRATIONS = (
     ("jobs", "request_hash", "TEXT"),
     ("jobs", "last_dispatched_for", "INTEGER"),
     ("executions", "attempts", "BLOB"),
+    ("jobs", "task_id", f"TEXT GENERATED ALWAYS AS ({_SPEC_FIELD.format('taskId')}) VIRTUAL"),
+    ("jobs", "name", f"TEXT GENERATED ALWAYS AS ({_SPEC_FIELD.format('name')}) VIRTUAL"),
 )
+"""Columns added after a table's first release: (table, column, type), applied on open.
+``task_id`` and ``name`` are virtual columns over the ``spec`` JSON (always in step with it,
+whatever writes it), there to be indexed."""
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
     ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_name ON jobs (owner, name) WHERE name IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name, created_at DESC, id DESC)
+    WHERE name IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_owner_task_created
+    ON jobs (owner, task_id, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_task_created ON jobs (task_id, created_at DESC, id DESC);
 """
-"""Columns added after a table's first release: (table, column, type), applied on open."""
+"""Indexes on migrated columns: a name is unique per owner (``jobs_owner_name``); the name and
+task filters of ``list_jobs``, of one owner's jobs and of everyone's (admins)."""
+
+_LABEL_TERMS = """
+    SELECT {job}.id, key FROM {source}json_each(CAST({job}.spec AS TEXT), '$.labels')
+    UNION ALL
+    SELECT {job}.id, key || '=' || value
+    FROM {source}json_each(CAST({job}.spec AS TEXT), '$.labels')"""
+LABELS_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS job_labels (
+    job_id TEXT NOT NULL,
+    term TEXT NOT NULL,
+    PRIMARY KEY (job_id, term)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_labels_term ON job_labels (term, job_id);
+CREATE TRIGGER IF NOT EXISTS job_labels_insert AFTER INSERT ON jobs BEGIN
+    INSERT OR IGNORE INTO job_labels (job_id, term) {_LABEL_TERMS.format(job="NEW", source="")};
+END;
+CREATE TRIGGER IF NOT EXISTS job_labels_update AFTER UPDATE OF spec ON jobs BEGIN
+    DELETE FROM job_labels WHERE job_id = OLD.id;
+    INSERT OR IGNORE INTO job_labels (job_id, term) {_LABEL_TERMS.format(job="NEW", source="")};
+END;
+CREATE TRIGGER IF NOT EXISTS job_labels_delete AFTER DELETE ON jobs BEGIN
+    DELETE FROM job_labels WHERE job_id = OLD.id;
+END;
+"""
+"""The label index: one row per term of a job's labels (:func:`core.labels.label_terms`:
+``key`` and ``key=value``), kept in step with the ``spec`` column by triggers, in the same
+transaction as every write of a job. A selector requirement is an ``id [NOT] IN (SELECT job_id
+FROM job_labels WHERE term IN (…))`` served by ``job_labels_term``."""
+LABELS_BACKFILL = "INSERT OR IGNORE INTO job_labels (job_id, term) " + _LABEL_TERMS.format(
+    job="jobs", source="jobs, "
+)
+"""Fills ``job_labels`` from the jobs of a database that predates it (run once, on the open
+that creates the table)."""
 
 TENANCY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
-from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.errors import Conflict, JobNotFound, NameTaken, StoreRejected, StoreUnavailable
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -70,6 +70,8 @@ from store.sqlite.schema import (
     JOB_COLUMNS,
     JOB_INSERT,
     JOB_SUMMARY,
+    LABELS_BACKFILL,
+    LABELS_SCHEMA,
     MIGRATIONS,
     SCHEMA,
     TENANCY_SCHEMA,
@@ -134,10 +136,16 @@ class SqliteStore:
     @staticmethod
     async def _migrate(conn: aiosqlite.Connection) -> None:
         for table, column, kind in MIGRATIONS:
-            columns = {r[1] for r in await conn.execute_fetchall(f"PRAGMA table_info({table})")}
-            if column not in columns:
+            info = await conn.execute_fetchall(f"PRAGMA table_xinfo({table})")  # generated too
+            if column not in {r[1] for r in info}:
                 await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         await conn.executescript(INDEXES_AFTER_MIGRATIONS)
+        had_labels = await conn.execute_fetchall(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_labels'"
+        )
+        await conn.executescript(LABELS_SCHEMA)
+        if not had_labels:
+            await conn.execute(LABELS_BACKFILL)
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -281,8 +289,8 @@ class SqliteStore:
                         if entry is not None:
                             await _insert_audit(conn, [audit_record(entry, None, job)])
                     done.set_result(None)
-                except sqlite3.IntegrityError:
-                    done.set_exception(Conflict(f"job {job.id} exists"))
+                except sqlite3.IntegrityError as e:
+                    done.set_exception(_insert_conflict(job, e))
                 except (StoreUnavailable, StoreRejected) as e:
                     done.set_exception(e)
             return
@@ -311,8 +319,8 @@ class SqliteStore:
                     )
             try:
                 await conn.execute(JOB_INSERT, (*job_row(job), request_hash))
-            except sqlite3.IntegrityError:
-                raise Conflict(f"job {job.id} exists") from None
+            except sqlite3.IntegrityError as e:
+                raise _insert_conflict(job, e) from None
             if audit is not None:
                 await _insert_audit(conn, [audit_record(audit, None, job)])
         return job
@@ -349,7 +357,14 @@ class SqliteStore:
             if change.spec is not None:
                 sets.append("spec = ?")
                 params.append(spec_column(change.spec))
-            await conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
+            try:
+                await conn.execute(
+                    f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id]
+                )
+            except sqlite3.IntegrityError as e:
+                if change.spec is not None and change.spec.name and _name_taken(e):
+                    raise NameTaken(change.spec.name) from None
+                raise
             rows = list(
                 await conn.execute_fetchall(
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
@@ -417,8 +432,17 @@ class SqliteStore:
             where.append("created_at < ?")
             params.append(to_epoch_ms(query.created_to))
         if query.task_id is not None:
-            where.append("json_extract(CAST(spec AS TEXT), '$.taskId') = ?")
+            where.append("task_id = ?")
             params.append(query.task_id)
+        if query.name is not None:
+            where.append("name = ?")
+            params.append(query.name)
+        for clause in query.labels.clauses() if query.labels else ():
+            where.append(
+                f"id {'NOT IN' if clause.negated else 'IN'} (SELECT job_id FROM job_labels "
+                f"WHERE term IN ({', '.join('?' * len(clause.terms))}))"
+            )
+            params.extend(clause.terms)
         page = Keyset.of(limit, cursor)
         rows = await self._fetch_page(
             f"SELECT {JOB_COLUMNS} FROM jobs", where, params, page, "created_at"
@@ -783,6 +807,18 @@ class SqliteStore:
         page = Keyset.of(limit, cursor)
         rows = await self._fetch_page("SELECT record FROM audit", where, params, page, "at")
         return page.page(rows, audit_from_row, lambda r: (r.at, r.id))
+
+
+def _name_taken(error: sqlite3.IntegrityError) -> bool:
+    """Whether ``error`` is the unique index of job names (``jobs_owner_name``)."""
+    return "jobs.name" in str(error)
+
+
+def _insert_conflict(job: Job, error: sqlite3.IntegrityError) -> Conflict:
+    """The error of an insert of ``job`` that broke a unique constraint: its name, or its id."""
+    if job.name is not None and _name_taken(error):
+        return NameTaken(job.name)
+    return Conflict(f"job {job.id} exists")
 
 
 def _transact(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:

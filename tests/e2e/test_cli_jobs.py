@@ -139,7 +139,7 @@ async def test_list_shows_times_and_statuses_in_their_own_columns(stack: Stack) 
     lines = (await cli(stack, "list")).stdout.splitlines()
     header = lines[0].split("  ")
     assert [h.strip() for h in header if h.strip()] == [
-        "ID", "TASK", "SCHEDULE", "STATUS", "LAST RUN", "LAST STATUS", "NEXT RUN",
+        "ID", "NAME", "TASK", "SCHEDULE", "STATUS", "LAST RUN", "LAST STATUS", "NEXT RUN",
     ]  # fmt: skip
     [row] = [line for line in lines if line.startswith(job.id)]
     assert "SUCCEEDED" in row and " ago)" in row and "immediate" in row

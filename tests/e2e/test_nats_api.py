@@ -130,3 +130,41 @@ async def test_the_service_is_discoverable(stack: Stack) -> None:
         f"{prefix}.api.{op}"
         for op in ("create", "get", "list", "cancel", "pause", "resume", "trigger")
     } <= subjects
+
+
+async def test_list_takes_the_name_task_and_label_filters(stack: Stack) -> None:
+    cron = {"type": "cron", "expression": "0 3 * * *"}
+    async with nats_client(stack) as api:
+        billing = await api.create_job(
+            {"taskId": "noop", "schedule": cron, "name": "nats-billing",
+             "labels": {"team": "billing", "env": "prod"}}
+        )  # fmt: skip
+        search = await api.create_job(
+            {"taskId": "noop", "schedule": cron, "labels": {"team": "search"}}
+        )
+        page = await api.list_jobs(labels="team=billing,env!=dev", taskId="noop")
+        assert [j.id for j in page.items] == [billing.id]
+        page = await api.list_jobs(labels="team in (billing,search)", limit=1)
+        assert [j.id for j in page.items] == [search.id] and page.next_cursor
+        page = await api.list_jobs(labels="team in (billing,search)", cursor=page.next_cursor)
+        assert [j.id for j in page.items] == [billing.id]
+        assert [j.id for j in (await api.list_jobs(name="nats-billing")).items] == [billing.id]
+        with pytest.raises(ApiError) as taken:
+            await api.create_job({"taskId": "noop", "name": "nats-billing"})
+        assert taken.value.status == 409 and taken.value.problem is not None
+        assert (taken.value.problem.code, problem_fields(taken.value)) == (
+            "name_taken",
+            ["name"],
+        )
+        with pytest.raises(ApiError) as bad:
+            await api.list_jobs(labels="team in (a")
+        assert bad.value.status == 422 and bad.value.problem is not None
+        assert problem_fields(bad.value) == ["labels"]
+        with pytest.raises(ApiError) as reversed_range:
+            await api.list_jobs(startTime="2030-01-02T00:00:00Z", endTime="2030-01-01T00:00:00Z")
+        assert problem_fields(reversed_range.value) == ["startTime"]
+        with pytest.raises(ApiError) as repeated:  # raw bytes: a key twice in one object
+            await api._call("list", msgspec.Raw(b'{"labels": "team=billing", "labels": "x"}'))
+        assert (repeated.value.status, problem_fields(repeated.value)) == (422, ["labels"])
+    http_view = await stack.client().list_jobs(labels="team=billing")
+    assert [j.id for j in http_view.items] == [billing.id]

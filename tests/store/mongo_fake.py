@@ -66,6 +66,7 @@ from pymongo.results import (
 from pymongo.write_concern import WriteConcern
 
 Document = dict[str, Any]
+ID_FIELD = "_id"
 
 
 @dataclass(frozen=True)
@@ -245,8 +246,11 @@ class FakeAsyncCollection:
                 raise DuplicateKeyError(f"E11000 duplicate key error: {value}", 11000)
             seen.add(value)
 
-    def _duplicate(self, document: Mapping[str, Any]) -> DuplicateKeyError:
-        """The error a server raises for inserting ``document`` over an existing one."""
+    def _duplicate(
+        self, document: Mapping[str, Any], *, updated: bool = False
+    ) -> DuplicateKeyError:
+        """The error a server raises for inserting ``document`` over an existing one (or for
+        an update that made a stored document ``document``: others than it count)."""
         for name, info in self._c.index_information().items():
             if name != "_id_" and not info.get("unique"):
                 continue
@@ -254,7 +258,8 @@ class FakeAsyncCollection:
             if partial and not _matches(partial, document):
                 continue
             value = {k: document.get(k) for k, _ in info["key"]}
-            if self._c.count_documents({"$and": [partial, value]}) == 0:
+            others = {ID_FIELD: {"$ne": document[ID_FIELD]}} if updated else {}
+            if self._c.count_documents({"$and": [partial, value, others]}) == 0:
                 continue
             message = (
                 f"E11000 duplicate key error collection: {self._c.full_name} index: {name} "
@@ -333,12 +338,24 @@ class FakeAsyncCollection:
         await self._enter("find_one_and_update")
         _encode(filter, update)
         self._log("find_one_and_update", filter)
-        doc: Document | None = _utc(
-            self._c.find_one_and_update(
-                filter, update, projection=projection, return_document=return_document
+        try:
+            doc: Document | None = _utc(
+                self._c.find_one_and_update(
+                    filter, update, projection=projection, return_document=return_document
+                )
             )
-        )
+        except DuplicateKeyError:
+            raise self._duplicate(self._updated(filter, update), updated=True) from None
         return doc
+
+    def _updated(self, filter: Mapping[str, Any], update: Mapping[str, Any]) -> Document:
+        """The document ``update`` would make of the one ``filter`` selects (for the error a
+        server raises when the result breaks a unique index)."""
+        scratch: Any = mongomock.MongoClient().db.scratch
+        scratch.insert_one(self._c.find_one(filter))
+        scratch.update_one({}, update)
+        result: Document = scratch.find_one({})
+        return result
 
     async def update_one(
         self, filter: Mapping[str, Any], update: Mapping[str, Any], upsert: bool = False

@@ -16,12 +16,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiosqlite
+import msgspec
 import pytest
 
 from bench.common import interval_jobs, seed_jobs
 from bench.memory import build_store
-from core.errors import StoreUnavailable
+from core.errors import NameTaken, StoreUnavailable
 from core.ids import execution_id
+from core.labels import parse_selector
 from core.model import (
     CronSchedule,
     Execution,
@@ -31,7 +33,7 @@ from core.model import (
     OnceSchedule,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome
+from core.ports import Dispatch, DispatchOutcome, JobQuery
 from store.sqlite import MIGRATIONS, SqliteStore
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -343,3 +345,52 @@ async def test_the_spec_column_keeps_the_shape_earlier_releases_wrote(
         7,
     )
     assert (got.timeout_seconds, got.misfire_grace_seconds) == (300.0, 60.0)
+
+
+async def test_a_database_of_an_older_release_gets_names_and_labels_indexed(db: Path) -> None:
+    """Opening a file from before names and labels adds the virtual columns, their indexes and
+    the label table, and fills it from the jobs there."""
+    first = SqliteStore(db)
+    await first.open()
+    await first.create_job(msgspec.structs.replace(make_job(), name="n", labels={"team": "a"}))
+    await first.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in (
+        "DROP TRIGGER job_labels_insert",
+        "DROP TRIGGER job_labels_update",
+        "DROP TRIGGER job_labels_delete",
+        "DROP TABLE job_labels",
+        "DROP INDEX jobs_owner_name",
+        "DROP INDEX jobs_name",
+        "DROP INDEX jobs_owner_task_created",
+        "DROP INDEX jobs_task_created",
+        "ALTER TABLE jobs DROP COLUMN name",
+        "ALTER TABLE jobs DROP COLUMN task_id",
+    ):
+        conn.execute(statement)
+    conn.close()
+
+    s = SqliteStore(db)
+    await s.open()
+    try:
+        team = JobQuery(labels=parse_selector("team=a"))
+        assert [j.id for j in (await s.list_jobs("alice", team, limit=5, cursor=None)).items] == [
+            "job-1"
+        ]
+        named = JobQuery(name="n", task_id="noop")
+        assert len((await s.list_jobs("alice", named, limit=5, cursor=None)).items) == 1
+        with pytest.raises(NameTaken):
+            await s.create_job(msgspec.structs.replace(make_job("job-2"), name="n"))
+    finally:
+        await s.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    plan = " ".join(
+        str(row[3])
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE owner = 'alice' AND id IN "
+            "(SELECT job_id FROM job_labels WHERE term IN ('team=a')) "
+            "ORDER BY created_at DESC, id DESC"
+        )
+    )
+    conn.close()
+    assert "job_labels_term" in plan
