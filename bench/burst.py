@@ -177,7 +177,9 @@ def main() -> None:
     p.add_argument("--layout", default="one", help="one, split, inproc or a comma list")
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--timeout", type=float, default=120.0, help="max wait after the due time, s")
-    p.add_argument("--profile-seconds", type=float, default=10.0, help="py-spy duration with --profile")
+    p.add_argument(
+        "--profile-seconds", type=float, default=10.0, help="py-spy duration with --profile"
+    )
     add_common_args(p)
     args = p.parse_args()
     result = asyncio.run(main_async(args))
