@@ -629,8 +629,10 @@ def _int_param(q: Any, name: str, *, default: int, low: int, high: int) -> int:
     return n
 
 
-def _only(q: Any, known: frozenset[str] | set[str]) -> None:
-    check_single_values(q)
+def _only(q: Any, known: frozenset[str] | set[str], multi: frozenset[str] = frozenset()) -> None:
+    """Raises: InvalidRequest: naming each unknown parameter, or one given twice that is not
+    in ``multi`` (the parameters that may repeat)."""
+    check_single_values(q, multi)
     unknown = sorted(set(q) - set(known))
     if unknown:
         listed = ", ".join(sorted(known))

@@ -8,7 +8,7 @@ the offending header, field or parameter.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -98,14 +98,14 @@ def check_duplicate_keys(body: bytes | str) -> None:
         raise InvalidRequest(FieldError(path, "this key appears more than once in its object"))
 
 
-def check_single_values(query: MultiMapping[str]) -> None:
-    """Every query parameter given at most once (``?status=A&status=B`` is ambiguous: which
-    one?).
+def check_single_values(query: MultiMapping[str], multi: Collection[str] = ()) -> None:
+    """Every query parameter but those in ``multi`` given at most once (``?status=A&status=B``
+    is ambiguous: which one?).
 
     Raises:
         InvalidRequest: naming each repeated parameter (422).
     """
-    repeated = sorted({k for k in query if len(query.getall(k)) > 1})
+    repeated = sorted({k for k in query if k not in multi and len(query.getall(k)) > 1})
     if repeated:
         raise InvalidRequest(
             [FieldError(k, "given more than once; give it once") for k in repeated]

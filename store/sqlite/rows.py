@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ import msgspec
 
 from core.audit import AuditRecord
 from core.job_status import job_status_write
+from core.labels import label_terms
 from core.model import (
     TERMINAL_EXECUTION_STATUSES,
     Attempt,
@@ -111,6 +113,14 @@ def job_row(job: Job) -> tuple[Any, ...]:
         job.idempotency_key,
         epoch_ms(job.last_dispatched_for),
     )
+
+
+def label_rows(job: Job, labels: Mapping[str, str] | None = None) -> list[tuple[Any, ...]]:
+    """The ``job_labels`` rows of ``job`` (of ``labels``, the job's new labels, when given): one
+    per term (:func:`core.labels.label_terms`)."""
+    created = to_epoch_ms(job.created_at)
+    terms = label_terms(job.labels if labels is None else labels)
+    return [(job.id, job.owner, created, term) for term in terms]
 
 
 def execution_from_row(row: sqlite3.Row) -> Execution:

@@ -53,6 +53,7 @@ from store.sqlite.rows import (
     instant,
     job_from_row,
     job_row,
+    label_rows,
     spec_column,
     stored_attempts,
     summary_params,
@@ -70,7 +71,10 @@ from store.sqlite.schema import (
     JOB_COLUMNS,
     JOB_INSERT,
     JOB_SUMMARY,
+    LABEL_INSERT,
     LABELS_BACKFILL,
+    LABELS_DELETE,
+    LABELS_JOIN,
     LABELS_SCHEMA,
     MIGRATIONS,
     SCHEMA,
@@ -231,15 +235,21 @@ class SqliteStore:
             return list(await self._r.execute_fetchall(sql, params))
 
     async def _fetch_page(
-        self, select: str, where: list[str], params: list[Any], page: Keyset, sort: str
+        self,
+        select: str,
+        where: list[str],
+        params: list[Any],
+        page: Keyset,
+        sort: str,
+        tie: str = "id",
     ) -> list[sqlite3.Row]:
-        """The rows of one page of ``select … WHERE where``, newest first by ``(sort, id)``:
+        """The rows of one page of ``select … WHERE where``, newest first by ``(sort, tie)``:
         those before the page's cursor, one more than it holds (see :class:`Keyset`)."""
         if page.after is not None:
-            where = [*where, f"({sort}, id) < (?, ?)"]
+            where = [*where, f"({sort}, {tie}) < (?, ?)"]
             params = [*params, *page.after]
         return await self._fetch(
-            f"{select} WHERE {' AND '.join(where) or '1'} ORDER BY {sort} DESC, id DESC LIMIT ?",
+            f"{select} WHERE {' AND '.join(where) or '1'} ORDER BY {sort} DESC, {tie} DESC LIMIT ?",
             [*params, page.fetch],
         )
 
@@ -280,12 +290,14 @@ class SqliteStore:
         try:
             async with self._transaction() as conn:
                 await conn.executemany(JOB_INSERT, [(*job_row(j), None) for j, _ in batch])
+                await conn.executemany(LABEL_INSERT, [r for j, _ in batch for r in label_rows(j)])
                 await _insert_audit(conn, [audit_record(e, None, j) for e, j in created])
         except (sqlite3.IntegrityError, StoreRejected):
             for (job, done), entry in zip(batch, audits, strict=True):  # a duplicate id or a
                 try:  # job refused: each on its own
                     async with self._transaction() as conn:
                         await conn.execute(JOB_INSERT, (*job_row(job), None))
+                        await conn.executemany(LABEL_INSERT, label_rows(job))
                         if entry is not None:
                             await _insert_audit(conn, [audit_record(entry, None, job)])
                     done.set_result(None)
@@ -321,6 +333,7 @@ class SqliteStore:
                 await conn.execute(JOB_INSERT, (*job_row(job), request_hash))
             except sqlite3.IntegrityError as e:
                 raise _insert_conflict(job, e) from None
+            await conn.executemany(LABEL_INSERT, label_rows(job))
             if audit is not None:
                 await _insert_audit(conn, [audit_record(audit, None, job)])
         return job
@@ -365,6 +378,9 @@ class SqliteStore:
                 if change.spec is not None and change.spec.name and _name_taken(e):
                     raise NameTaken(change.spec.name) from None
                 raise
+            if change.spec is not None and (change.spec.labels or current.labels):
+                await conn.execute(LABELS_DELETE, (job_id,))
+                await conn.executemany(LABEL_INSERT, label_rows(current, change.spec.labels))
             rows = list(
                 await conn.execute_fetchall(
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
@@ -381,6 +397,7 @@ class SqliteStore:
             if cur.rowcount == 0:
                 raise JobNotFound(f"job {job_id} not found")
             await conn.execute("DELETE FROM executions WHERE job_id = ?", (job_id,))
+            await conn.execute(LABELS_DELETE, (job_id,))
             if audit is not None:
                 await _insert_audit(conn, [audit_record(audit, None, None)])
 
@@ -437,16 +454,25 @@ class SqliteStore:
         if query.name is not None:
             where.append("name = ?")
             params.append(query.name)
-        for clause in query.labels.clauses() if query.labels else ():
+        clauses = query.labels.clauses() if query.labels else []
+        driving = next((c for c in clauses if not c.negated and len(c.terms) == 1), None)
+        select, sort, tie = f"SELECT {JOB_COLUMNS} FROM jobs", "created_at", "id"
+        if driving is not None:  # walk the label index in the listing's order (LABELS_SCHEMA)
+            clauses.remove(driving)
+            select, sort, tie = f"{select} {LABELS_JOIN}", "job_created_at", "job_id"
+            where.append("term = ?")
+            params.append(driving.terms[0])
+            if owner is not None:
+                where.append("job_owner = ?")
+                params.append(owner)
+        for clause in clauses:  # probes of the primary key (job_id, term), row by row
             where.append(
-                f"id {'NOT IN' if clause.negated else 'IN'} (SELECT job_id FROM job_labels "
-                f"WHERE term IN ({', '.join('?' * len(clause.terms))}))"
+                f"{'NOT ' if clause.negated else ''}EXISTS (SELECT 1 FROM job_labels AS t "
+                f"WHERE t.job_id = jobs.id AND t.term IN ({', '.join('?' * len(clause.terms))}))"
             )
             params.extend(clause.terms)
         page = Keyset.of(limit, cursor)
-        rows = await self._fetch_page(
-            f"SELECT {JOB_COLUMNS} FROM jobs", where, params, page, "created_at"
-        )
+        rows = await self._fetch_page(select, where, params, page, sort, tie)
         return page.page(rows, job_from_row, lambda j: (j.created_at, j.id))
 
     async def list_executions(

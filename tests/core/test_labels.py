@@ -188,3 +188,9 @@ def test_clauses_over_terms_agree_with_the_matcher(text: str) -> None:
 def test_empty_selector_is_falsy_and_matches_all() -> None:
     assert not Selector()
     assert Selector().matches({"a": "b"})
+
+
+def test_a_set_has_at_most_64_values() -> None:
+    parse_selector(f"k in ({','.join(str(i) for i in range(64))})")
+    with pytest.raises(InvalidRequest, match="at most 64 values"):
+        parse_selector(f"k in ({','.join(str(i) for i in range(65))})")

@@ -59,6 +59,7 @@ def test_repeated_query_parameters_are_named() -> None:
     with pytest.raises(InvalidRequest) as e:
         check_single_values(MultiDict([("b", "1"), ("a", "1"), ("b", "2"), ("a", "3")]))
     assert [f.field for f in e.value.errors] == ["a", "b"]
+    check_single_values(MultiDict([("status", "A"), ("status", "B")]), multi={"status"})
 
 
 def test_time_range() -> None:

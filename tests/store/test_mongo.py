@@ -109,6 +109,7 @@ from store.mongo import (
     spec_fields,
     to_document,
 )
+from store.mongo.operations import labels_filter
 from store.mongo_queries import (
     failures_per_task_per_day,
     running_jobs,
@@ -1801,3 +1802,19 @@ async def test_real_server_refuses_the_partial_filters_the_fake_refuses() -> Non
             await s.database[JOBS].drop_index("probe")
     finally:
         await s.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("team=a", {"labelTerms": {"$all": ["team=a"]}}),
+        ("team=a,env,!legacy,tier!=x",
+         {"labelTerms": {"$all": ["env", "team=a"], "$nin": ["legacy", "tier=x"]}}),
+        ("a in (1,2),b in (3,4),c notin (5)",
+         {"labelTerms": {"$in": ["a=1", "a=2"], "$nin": ["c=5"]},
+          "$and": [{"labelTerms": {"$in": ["b=3", "b=4"]}}]}),
+        ("", {}),
+    ],
+)  # fmt: skip
+def test_a_selector_is_one_filter_over_label_terms(text: str, expected: dict[str, Any]) -> None:
+    assert labels_filter(parse_selector(text)) == expected

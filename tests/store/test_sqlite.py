@@ -35,6 +35,7 @@ from core.model import (
 )
 from core.ports import Dispatch, DispatchOutcome, JobQuery
 from store.sqlite import MIGRATIONS, SqliteStore
+from store.sqlite.schema import LABELS_JOIN
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 BUSY_TIMEOUT_SECONDS = 0.2
@@ -356,9 +357,6 @@ async def test_a_database_of_an_older_release_gets_names_and_labels_indexed(db: 
     await first.close()
     conn = sqlite3.connect(db, isolation_level=None)
     for statement in (
-        "DROP TRIGGER job_labels_insert",
-        "DROP TRIGGER job_labels_update",
-        "DROP TRIGGER job_labels_delete",
         "DROP TABLE job_labels",
         "DROP INDEX jobs_owner_name",
         "DROP INDEX jobs_name",
@@ -384,13 +382,19 @@ async def test_a_database_of_an_older_release_gets_names_and_labels_indexed(db: 
     finally:
         await s.close()
     conn = sqlite3.connect(db, isolation_level=None)
-    plan = " ".join(
-        str(row[3])
-        for row in conn.execute(
-            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE owner = 'alice' AND id IN "
-            "(SELECT job_id FROM job_labels WHERE term IN ('team=a')) "
-            "ORDER BY created_at DESC, id DESC"
+    plans = [
+        " ".join(str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        for sql in (  # the shapes of list_jobs with a selector: one owner's, everyone's
+            f"SELECT id FROM jobs {LABELS_JOIN} WHERE owner = 'alice' AND term = 'team=a' "
+            "AND job_owner = 'alice' AND NOT EXISTS (SELECT 1 FROM job_labels AS t WHERE "
+            "t.job_id = jobs.id AND t.term IN ('env')) "
+            "ORDER BY job_created_at DESC, job_id DESC LIMIT 51",
+            f"SELECT id FROM jobs {LABELS_JOIN} WHERE term = 'team=a' "
+            "ORDER BY job_created_at DESC, job_id DESC LIMIT 51",
         )
-    )
+    ]
     conn.close()
-    assert "job_labels_term" in plan
+    assert "job_labels_owner_term (job_owner=? AND term=?)" in plans[0], plans
+    assert "job_labels_term (term=?)" in plans[1], plans
+    assert "SEARCH t USING PRIMARY KEY (job_id=? AND term=?)" in plans[0], plans
+    assert not any("TEMP B-TREE" in p for p in plans), plans  # walked in order, never sorted
