@@ -18,6 +18,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 import msgspec
 
 from core.ids import run_msg_id
+from core.notify_spec import NotifyIn, NotifyTarget
 
 T = TypeVar("T")
 
@@ -255,13 +256,15 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     history_limit: HistoryLimit | None = None
     history_max_age_seconds: HistoryMaxAgeSeconds | None = None
+    notify: NotifyIn | None = None
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Body of ``PATCH /jobs/{id}``: the fields to change (absent = unchanged).
 
     ``history_limit`` and ``history_max_age_seconds`` may be null: back to the deployment's
-    default.
+    default. ``notify`` null removes the job's webhook; a ``notify`` without ``secret`` keeps the
+    current secret.
     """
 
     schedule: ScheduleIn | None = None
@@ -275,6 +278,7 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy | None = None
     history_limit: HistoryLimit | msgspec.UnsetType | None = msgspec.UNSET
     history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
+    notify: NotifyIn | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class JobSpec(Model, kw_only=True, frozen=True):
@@ -284,7 +288,8 @@ class JobSpec(Model, kw_only=True, frozen=True):
     it whole.
 
     ``history_limit`` / ``history_max_age_seconds``: the job's retention of finished runs
-    (None: the deployment's default; see :mod:`core.history`).
+    (None: the deployment's default; see :mod:`core.history`). ``notify``: the webhook told
+    about finished runs (None: the owner's default, if any; see :mod:`core.notifications`).
     """
 
     task_id: str
@@ -299,6 +304,7 @@ class JobSpec(Model, kw_only=True, frozen=True):
     overlap_policy: OverlapPolicy = OverlapPolicy.FORBID
     history_limit: int | None = None
     history_max_age_seconds: float | None = None
+    notify: NotifyTarget | None = None
 
 
 SPEC_FIELDS = JobSpec.__struct_fields__

@@ -35,6 +35,7 @@ from core.model import (
     RunsFinished,
     StatusEvent,
 )
+from core.notifications import NotificationStore
 from core.quotas import TokenRequest
 
 
@@ -195,7 +196,7 @@ class PruneResult:
     complete: bool
 
 
-class JobStore(Protocol):
+class JobStore(NotificationStore, Protocol):
     """Durable state: jobs and their executions. The source of truth of jobsched.
 
     Every method is safe to call concurrently from several processes. Connection loss and

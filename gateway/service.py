@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import msgspec
 
-from core import cron, quotas
+from core import cron, notifications, quotas
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
@@ -161,6 +161,7 @@ class JobService:
             schedule=sched,
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
+            notify=notifications.resolve(body.notify),
         )
         return Job(
             **spec_values(options),
@@ -446,7 +447,10 @@ class JobService:
                 next_run_at = schedules.first_run_at(schedule, now)
         max_attempts = patch.max_attempts or job.max_attempts
         self._check_attempts(max_attempts)
-        new_spec = patched_spec(job.spec, patch, schedule=schedule)
+        notify = job.notify
+        if patch.notify is not msgspec.UNSET:
+            notify = notifications.resolve(patch.notify, current=job.notify)
+        new_spec = patched_spec(job.spec, patch, schedule=schedule, notify=notify)
         job = await self.store.update_job(
             owner,
             job_id,
