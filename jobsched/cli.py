@@ -192,7 +192,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
             tg.create_task(announce(), name="announce")
             await serve(
                 settings,
-                Roles(gateway=True, scheduler=True, worker=True),
+                Roles(gateway=True, scheduler=True, worker=True, notifier=True),
                 stop,
                 servers=url,
                 started=started,
@@ -328,6 +328,13 @@ def scheduler() -> None:
 def worker() -> None:
     """A worker executing runs of JOBSCHED_QUEUES (needs JOBSCHED_NATS_URL only)."""
     _service(Roles(worker=True))
+
+
+@main.command()
+def notifier() -> None:
+    """The run notifier: webhooks for finished runs (JOBSCHED_NATS_URL, JOBSCHED_STORE_URL;
+    JOBSCHED_HTTP_ALLOWED_NETWORKS allows internal receivers)."""
+    _service(Roles(notifier=True))
 
 
 # --- deployment: the bus users ---------------------------------------------------------------
