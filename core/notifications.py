@@ -263,3 +263,9 @@ class NotificationStore(Protocol):
     async def notification_attempts(self, execution_id: str) -> list[NotificationAttempt]:
         """Every recorded attempt of one run's notification, by attempt number."""
         ...
+
+
+class NotificationAttemptList(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """``GET /jobs/{id}/executions/{eid}/notifications``: the run's delivery attempts, in order."""
+
+    items: list[NotificationAttempt]

@@ -17,6 +17,11 @@ operation     request body                                            reply
               "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
 
+Notifications (README "Notifications"): ``notification-default`` (body ``{}``) answers the caller's
+default webhook as ``GET /me/notifications``; ``set-notification-default`` (``{"notify": {...} |
+null}``) sets it as ``PUT /me/notifications``; ``notifications`` (``{"jobId", "executionId"}``)
+answers a run's delivery attempts as ``GET /jobs/{id}/executions/{eid}/notifications``.
+
 Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
 Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
 ``Nats-Service-Error`` = the message) whose body is the same RFC 9457 problem as HTTP, with the
@@ -46,8 +51,10 @@ from core.errors import (
     Unavailable,
 )
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
+from core.notifications import NotificationDefaultIn
 from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
+from gateway import notifications
 from gateway.auth import principal_from_authorization
 from gateway.problems import quota_limit, retry_after
 from gateway.service import JobService
@@ -161,6 +168,36 @@ async def _op_get(svc: JobService, user: Principal, job_id: str) -> Any:
     return await svc.get(user, job_id)
 
 
+class AttemptsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    job_id: str
+    execution_id: str
+
+
+_default_in = msgspec.json.Decoder(NotificationDefaultIn)
+_attempts = msgspec.json.Decoder(AttemptsRequest)
+
+
+async def _op_notification_default(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    return await notifications.get_default(svc.store, user)
+
+
+async def _op_set_notification_default(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    if not data.strip():
+        raise MalformedRequest("the request body is empty; send a JSON object")
+    return await notifications.put_default(svc.store, user, _decode(_default_in, data))
+
+
+async def _op_notifications(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    req: AttemptsRequest = _decode(_attempts, data)
+    return await notifications.list_attempts(svc, user, req.job_id, req.execution_id)
+
+
 OPERATIONS: dict[str, Operation] = {
     "create": _op_create,
     "get": _on_ref(_op_get),
@@ -170,6 +207,9 @@ OPERATIONS: dict[str, Operation] = {
     "resume": _on_ref(JobService.resume),
     "trigger": _on_ref(JobService.trigger),
     "audit": _op_audit,
+    "notification-default": _op_notification_default,
+    "set-notification-default": _op_set_notification_default,
+    "notifications": _op_notifications,
 }
 
 
@@ -219,7 +259,7 @@ class NatsApi:
                 log.exception("NATS API %s failed", name)
                 err = JobschedError("an unexpected error; see the server log")
                 return Reply(_problem(err, name), "500", err.message)
-            return Reply(_encoder.encode(result))
+            return Reply(_encoder.encode(notifications.public(result)))
 
         return handle
 
