@@ -28,7 +28,10 @@ from core.errors import ConfigError, JobschedError
 from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
-from jobsched import eventloop
+from jobsched import (
+    cli_notify,  # noqa: F401  (registers its commands in COMMANDS)
+    eventloop,
+)
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
