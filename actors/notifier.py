@@ -169,9 +169,8 @@ class Notifier:
                         in_flight.add(task)
                         task.add_done_callback(in_flight.discard)
         finally:
-            for d in consumer.take_unprocessed():
-                with contextlib.suppress(BusUnavailable):
-                    await d.nak()
+            with contextlib.suppress(BusUnavailable):
+                await consumer.quiesce()  # hand back what is still arriving, for the next one
             await consumer.close()
 
     async def _one(self, d: Delivery) -> None:
