@@ -240,6 +240,7 @@ async def test_a_secret_is_never_shown_by_the_api(stack: Stack) -> None:
         await client._request("GET", "/jobs"),
         await client._request("POST", f"/jobs/{job.id}/pause"),
     ]
+    audit = await client._request("GET", f"/jobs/{job.id}/audit")  # old and new values
     async with nats_client(stack) as over_nats:
         nats_job = await over_nats.get_job(job.id)
 
@@ -249,6 +250,8 @@ async def test_a_secret_is_never_shown_by_the_api(stack: Stack) -> None:
     for raw in answers:
         assert SECRET not in raw.decode() and SECRET[6:20] not in raw.decode()
         assert '"hasSecret":true' in raw.decode()
+    assert SECRET not in audit.decode() and SECRET[6:20] not in audit.decode()
+    assert '"field":"notify.secret","old":null,"new":null,"redacted":true' in audit.decode()
     async with AsyncExitStack() as s:  # the PATCH without a secret kept it
         store = await s.enter_async_context(opened_store(stack.settings))
         stored = await store.get_job("alice", job.id)
