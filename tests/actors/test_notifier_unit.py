@@ -102,8 +102,9 @@ async def test_a_500_is_recorded_and_handed_back_with_the_backoff_delay(store: J
     _, ev = await finished(store, ExecutionStatus.FAILED)
     sender, clock = Sender(WebhookResult(500, "HTTP 500: b'down'")), FakeClock(T0)
     d = delivery(ev)
+    n = notifier(store, sender, clock)
 
-    await notifier(store, sender, clock).handle(d)
+    await n.handle(d)
 
     [attempt] = await store.notification_attempts(ev.execution_id)
     assert not attempt.ok and attempt.status_code == 500 and attempt.error == "HTTP 500: b'down'"
@@ -111,6 +112,10 @@ async def test_a_500_is_recorded_and_handed_back_with_the_backoff_delay(store: J
     delay = (attempt.next_attempt_at - attempt.at).total_seconds()
     assert 4.0 <= delay <= 6.0  # 5 s ± 20 % jitter
     assert d.settled == "nak" and d.nak_delay_seconds == pytest.approx(delay)
+    counted = n.metrics.registry.get_sample_value(
+        "jobsched_notification_attempts_total", {"outcome": "failed"}
+    )
+    assert counted == 1.0
 
 
 async def test_a_redelivery_before_the_next_attempt_is_due_waits_for_it(store: JobStore) -> None:

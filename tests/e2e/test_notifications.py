@@ -300,3 +300,10 @@ async def test_attempts_and_defaults_are_the_callers_own(stack: Stack) -> None:
         with pytest.raises(ApiError) as e:
             await over_nats.notification_attempts(job.id, run.id)
         assert e.value.status == 404
+        mine = await over_nats.set_notification_default({"url": "https://m.example/"})
+        assert mine == await over_nats.notification_default()
+        with pytest.raises(ApiError) as e:
+            await over_nats.set_notification_default({"url": "gopher://m/"})
+        assert e.value.status == 422 and problem_fields(e.value) == ["notify.url"]
+    alices = (await alice.notification_default()).notify
+    assert alices is not None and alices.url == receiver.url() and alices.has_secret
