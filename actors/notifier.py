@@ -40,7 +40,13 @@ from actors.metrics import Metrics
 from core import notifications as n
 from core.clock import Clock, SystemClock
 from core.codecs import status_decoder
-from core.errors import BusUnavailable, ConsumerMissing, JobNotFound, StoreUnavailable
+from core.errors import (
+    BusUnavailable,
+    ConsumerMissing,
+    JobNotFound,
+    JobschedError,
+    StoreUnavailable,
+)
 from core.model import TERMINAL_EXECUTION_STATUSES, Execution, StatusEvent
 from core.notify_spec import NotifyTarget, Outcome
 from core.ports import Consumer, Delivery, JobStore, Streams
@@ -61,6 +67,9 @@ RECORD_WAIT_SECONDS = 1.0
 """How long a final event waits for the recorder to store the run (seconds)."""
 STORE_WAIT_SECONDS = 2.0
 """How long a message waits while the store is unavailable (seconds)."""
+POISON_WAIT_SECONDS = 300.0
+"""How long a message waits after an error that is not an outage (seconds): it neither stops
+the notifier nor is it dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +191,11 @@ class Notifier:
                 await d.nak(STORE_WAIT_SECONDS)
         except BusUnavailable as e:
             log.warning("notifier: cannot acknowledge (%s); it will be redelivered", e)
+        except JobschedError as e:  # e.g. StoreRejected: keep it, away from the others
+            log.error("notifier: message %s failed (%s); retried in %g s", d.stored_id, e,
+                      POISON_WAIT_SECONDS)  # fmt: skip
+            with contextlib.suppress(BusUnavailable):
+                await d.nak(POISON_WAIT_SECONDS)
 
     async def handle(self, d: Delivery) -> None:
         """Act on one status-stream message (acked, or handed back with a delay)."""

@@ -12,8 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors.notifier import RECORD_WAIT_SECONDS, Notifier, WebhookResult
+from actors.notifier import POISON_WAIT_SECONDS, RECORD_WAIT_SECONDS, Notifier, WebhookResult
 from core.clock import FakeClock
+from core.errors import StoreRejected
 from core.model import ExecutionStatus, Job, StatusEvent
 from core.notifications import MAX_ATTEMPTS
 from core.notify_spec import NotifyTarget
@@ -218,3 +219,20 @@ async def test_a_message_that_is_not_an_event_and_a_deleted_job_are_acked(store:
     await n.handle(gone)
 
     assert (junk.settled, gone.settled, sender.sent) == ("ack", "ack", [])
+
+
+async def test_a_write_the_store_refuses_hands_the_message_back_for_later(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither lost nor a crash of the notifier: it is tried again much later."""
+    _, ev = await finished(store, ExecutionStatus.FAILED)
+
+    async def refuse(attempt: object) -> None:
+        raise StoreRejected("no")
+
+    monkeypatch.setattr(store, "record_notification_attempt", refuse)
+    d = delivery(ev)
+
+    await notifier(store, Sender(), FakeClock(T0))._one(d)
+
+    assert d.settled == "nak" and d.nak_delay_seconds == POISON_WAIT_SECONDS
