@@ -255,7 +255,7 @@ class Notifier:
         duration_ms = round((time.perf_counter() - began) * 1000, 1)
         self.attempts += 1
         outcome_label = "delivered" if result.ok else "failed"
-        self.metrics.notification_attempts.labels(outcome=outcome_label).inc()
+        self.metrics.notification_attempts.labels(status=outcome_label).inc()
         retry = n.retry_at_attempt(number, result.ok)
         delay = timedelta(seconds=self.retry.delay_seconds(number))
         next_at = to_utc_ms(at + delay) if retry else None

@@ -114,7 +114,7 @@ async def test_a_500_is_recorded_and_handed_back_with_the_backoff_delay(store: J
     assert 4.0 <= delay <= 6.0  # 5 s ± 20 % jitter
     assert d.settled == "nak" and d.nak_delay_seconds == pytest.approx(delay)
     counted = n.metrics.registry.get_sample_value(
-        "jobsched_notification_attempts_total", {"outcome": "failed"}
+        "jobsched_notification_attempts_total", {"status": "failed"}
     )
     assert counted == 1.0
 
