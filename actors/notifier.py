@@ -9,7 +9,7 @@ For each final run event (SUCCEEDED or FAILED) whose job's webhook — the job's
 its owner's default — asks for that outcome:
 
 1. the run's final record is read from the store; until the recorder has written it the message
-   is handed back for a second (:data:`RECORD_WAIT_SECONDS`);
+   is handed back for 50 ms, then longer (:data:`RECORD_WAIT`);
 2. the attempts recorded so far decide the next one: none after a delivered one or after
    :data:`core.notifications.MAX_ATTEMPTS`; an attempt due later (a redelivery that came early,
    after a restart) waits for its time;
@@ -63,8 +63,9 @@ RETRY = RetryPolicy(
 )
 """Delay after failed delivery attempt number k: ``5 s · 2^(k-1)`` ± 20 %, at most 1 h."""
 FETCH_RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
-RECORD_WAIT_SECONDS = 1.0
-"""How long a final event waits for the recorder to store the run (seconds)."""
+RECORD_WAIT = RetryPolicy(first_seconds=0.05, max_seconds=1.0)
+"""How long a final event waits for the recorder to store the run: 50 ms after its first
+delivery (the recorder reads the same event at the same time), doubling to 1 s."""
 STORE_WAIT_SECONDS = 2.0
 """How long a message waits while the store is unavailable (seconds)."""
 POISON_WAIT_SECONDS = 300.0
@@ -223,7 +224,7 @@ class Notifier:
             return
         run = await self.store.get_execution(event.execution_id)
         if run is None or run.status not in TERMINAL_EXECUTION_STATUSES:
-            await d.nak(RECORD_WAIT_SECONDS)
+            await d.nak(RECORD_WAIT.delay_seconds(max(1, d.num_delivered)))
             return
         number = max((a.attempt for a in attempts), default=0) + 1
         attempt = await self._attempt(target, outcome, run, number)

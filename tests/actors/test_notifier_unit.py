@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors.notifier import POISON_WAIT_SECONDS, RECORD_WAIT_SECONDS, Notifier, WebhookResult
+from actors.notifier import POISON_WAIT_SECONDS, RECORD_WAIT, Notifier, WebhookResult
 from core.clock import FakeClock
 from core.errors import StoreRejected
 from core.model import ExecutionStatus, Job, StatusEvent
@@ -201,11 +201,14 @@ async def test_the_owners_default_applies_to_a_job_without_notify(store: JobStor
 async def test_a_final_event_waits_for_the_recorder_to_store_the_run(store: JobStore) -> None:
     _, ev = await finished(store, ExecutionStatus.FAILED, record=False)
     sender = Sender()
-    d = delivery(ev)
+    first, later = delivery(ev), FakeDelivery(_encode(ev), num_delivered=6)
 
-    await notifier(store, sender, FakeClock(T0)).handle(d)
+    await notifier(store, sender, FakeClock(T0)).handle(first)
+    await notifier(store, sender, FakeClock(T0)).handle(later)
 
-    assert sender.sent == [] and d.settled == "nak" and d.nak_delay_seconds == RECORD_WAIT_SECONDS
+    assert sender.sent == [] and (first.settled, later.settled) == ("nak", "nak")
+    assert first.nak_delay_seconds == RECORD_WAIT.first_seconds == 0.05
+    assert later.nak_delay_seconds == RECORD_WAIT.max_seconds == 1.0
 
 
 async def test_a_message_that_is_not_an_event_and_a_deleted_job_are_acked(store: JobStore) -> None:
