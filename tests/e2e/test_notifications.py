@@ -27,7 +27,7 @@ from core.ports import JobStore
 from core.retry import RetryPolicy
 from core.settings import Settings
 from jobsched.client import ApiError
-from jobsched.runtime import Connection, connected_bus, opened_store
+from jobsched.runtime import Connection, Roles, connected_bus, opened_store
 from jobsched.webhooks import AiohttpSender
 from tests.conftest import SettingsFactory
 from tests.e2e.test_nats_api import nats_client
@@ -307,3 +307,20 @@ async def test_attempts_and_defaults_are_the_callers_own(stack: Stack) -> None:
         assert e.value.status == 422 and problem_fields(e.value) == ["notify.url"]
     alices = (await alice.notification_default()).notify
     assert alices is not None and alices.url == receiver.url() and alices.has_secret
+
+
+async def test_the_notifier_role_delivers_to_what_the_allowlist_setting_allows(
+    make_settings: SettingsFactory,
+) -> None:
+    """As ``jobsched dev`` and ``jobsched notifier`` run it: the notifier of ``serve``, its
+    SSRF guard set by ``JOBSCHED_HTTP_ALLOWED_NETWORKS``."""
+    settings = make_settings(http_allowed_networks="127.0.0.2/32")
+    roles = Roles(gateway=True, scheduler=True, worker=True, notifier=True)
+    async with Receiver() as receiver, start_stack(settings, roles) as s:
+        client = s.client()
+        job = await client.create_job(failing_job(receiver.url(), secret=SECRET))
+        async with asyncio.timeout(WAIT_SECONDS):
+            await receiver.arrived.wait()
+        [run] = await executions(client, job.id)
+        [(headers, body)] = receiver.requests
+        assert standardwebhooks.Webhook(SECRET).verify(body, headers)["data"]["id"] == run.id
