@@ -120,7 +120,7 @@ def main() -> None:
 )
 @click.option("--demo", is_flag=True, help="Submit the three example jobs once ready.")
 def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
-    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker.
+    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker, notifier.
 
     One per data directory: a second one on the same directory exits at once (status 1) naming
     the running one, and touches none of its files.
