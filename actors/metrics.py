@@ -104,6 +104,7 @@ ROLE_METRICS: dict[str, tuple[str, ...]] = {
         "prune_backlog",
     ),
     "recorder": ("events_recorded", "store_write_failures", "dead_letters"),
+    "notifier": ("notification_attempts",),
     "worker": (
         "schedule_to_start",
         "run_duration",
@@ -177,6 +178,8 @@ class Metrics:
         pruned_runs / prune_backlog: finished runs deleted by retention, and jobs waiting for
             it (the pruner).
         dead_letters: counter of status events the recorder set aside, by ``reason``.
+        notification_attempts: counter of webhook delivery attempts, by ``status``
+            (``delivered``, ``failed``; the notifier).
         http_request_duration / http_active_requests: the gateway's HTTP server metrics
             (OpenTelemetry semantic conventions, in Prometheus naming).
     """
@@ -337,6 +340,15 @@ class Metrics:
         )
         for reason in DEAD_LETTER_REASONS:
             self.dead_letters.labels(reason=reason)
+        self.notification_attempts = Counter(
+            "jobsched_notification_attempts_total",
+            "Webhook delivery attempts of run notifications, by status: delivered (a 2xx "
+            "answer) or failed (another status, no answer, or a refused address).",
+            ["status"],
+            registry=registry,
+        )
+        for outcome in ("delivered", "failed"):
+            self.notification_attempts.labels(status=outcome)
         self._skipped = {r: self.skipped_runs.labels(reason=r) for r in (*SKIP_REASONS, "other")}
         self._tasks: dict[str, TaskMetrics] = {}
         self.http_request_duration = Histogram(

@@ -22,6 +22,8 @@ so a process holds only the passwords of the roles it runs:
   ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`).
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
+* ``notifier``: pulls the status stream's ``notifier`` consumer (:mod:`actors.notifier`),
+  nothing else: it publishes no subject, so it can neither forge a run event nor a run.
 * ``callout``: the gateway's auth callout service (:mod:`bus.callout`): receives the server's
   authorization requests (``$SYS.REQ.USER.AUTH``) and answers them, nothing else.
 
@@ -43,9 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.nats import RECORDER_CONSUMER, BusConfig
+from bus.notifier import NOTIFIER_CONSUMER
 from core.errors import ConfigError
 
-ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api", "callout")
+ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api", "callout", "notifier")
 """The bus roles (see the module docstring): one per NATS connection of a jobsched process
 (:class:`jobsched.runtime.Connection`; ``callout``: the gateway's auth callout service), plus
 ``api`` for API clients without the callout."""
@@ -209,6 +212,8 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"{JS}.CONSUMER.DELETE.{status}.{RECORDER_CONSUMER}",
         ]
         return Permissions(tuple(publish), (inbox,), publish_deny=tuple(recorder))
+    if role == "notifier":
+        return Permissions((*looks, *_consumer(status, NOTIFIER_CONSUMER)), (inbox,))
     if role == "api":
         return Permissions((f"{prefix}.api.>",), (inbox,))
     if role == "callout":

@@ -9,7 +9,9 @@ even when other changes raced with it.
 
 Secrets never enter a record: the token is not stored, and parameter *values* are not copied —
 a change of ``parameters`` is recorded per top-level key, with ``redacted`` set and no values,
-since task parameters are free-form and often carry credentials. Every other field of the job
+since task parameters are free-form and often carry credentials; a webhook (``notify``) is
+recorded without its secret (``hasSecret``), a new secret as ``notify.secret`` with ``redacted``
+set. Every other field of the job
 (schedule, queue, options, status, next run) is recorded with its old and new value.
 """
 
@@ -25,6 +27,7 @@ import msgspec
 
 from core.access import Principal, Role
 from core.model import SPEC_FIELDS, Instant, Job, Model
+from core.notifications import redacted
 
 RECORDED_FIELDS = (*(f for f in SPEC_FIELDS if f != "parameters"), "status", "next_run_at")
 """The job fields whose old and new values a record keeps: its options but ``parameters``
@@ -156,10 +159,14 @@ def job_changes(before: Job | None, after: Job | None) -> list[AuditChange]:
         return []
     changes: list[AuditChange] = []
     for name in RECORDED_FIELDS:
-        new = _value(getattr(after, name))
-        old = None if before is None else _value(getattr(before, name))
+        new = _value(_shown(name, getattr(after, name)))
+        old = None if before is None else _value(_shown(name, getattr(before, name)))
         if before is None or old != new:
             changes.append(AuditChange(field=_NAMES[name], old=old, new=new))
+    old_secret = None if before is None or before.notify is None else before.notify.secret
+    new_secret = None if after.notify is None else after.notify.secret
+    if old_secret != new_secret:
+        changes.append(AuditChange(field="notify.secret", redacted=True))
     old_params = {} if before is None else before.parameters
     for key in sorted(set(old_params) | set(after.parameters)):
         if (
@@ -173,3 +180,8 @@ def job_changes(before: Job | None, after: Job | None) -> list[AuditChange]:
 
 def _value(v: object) -> Any:
     return msgspec.to_builtins(v)
+
+
+def _shown(name: str, v: Any) -> Any:
+    """A job field as a record keeps it: a webhook without its secret (``hasSecret``)."""
+    return redacted(v) if name == "notify" else v

@@ -19,6 +19,7 @@ import msgspec
 
 from core.ids import run_msg_id
 from core.labels import JOB_NAME_PATTERN
+from core.notify_spec import NotifyIn, NotifyTarget
 
 T = TypeVar("T")
 
@@ -282,6 +283,7 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     history_max_age_seconds: HistoryMaxAgeSeconds | None = None
     name: JobName | None = None
     labels: LabelMap = msgspec.field(default_factory=dict)
+    notify: NotifyIn | None = None
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -290,7 +292,8 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     ``history_limit`` and ``history_max_age_seconds`` may be null: back to the deployment's
     default. ``name`` null removes the job's name. ``labels`` is a JSON merge patch (RFC 7396)
     of the job's labels: a key with a string value is set, a key with null removed, the keys it
-    does not name are kept (:func:`core.labels.merge_labels`).
+    does not name are kept (:func:`core.labels.merge_labels`). ``notify`` null removes the
+    job's webhook; a ``notify`` without ``secret`` keeps the current secret.
     """
 
     schedule: ScheduleIn | None = None
@@ -306,6 +309,7 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     history_max_age_seconds: HistoryMaxAgeSeconds | msgspec.UnsetType | None = msgspec.UNSET
     name: JobName | msgspec.UnsetType | None = msgspec.UNSET
     labels: LabelPatch | None = None
+    notify: NotifyIn | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class JobSpec(Model, kw_only=True, frozen=True):
@@ -319,7 +323,8 @@ class JobSpec(Model, kw_only=True, frozen=True):
 
     ``name``: optional, unique among its owner's jobs (:data:`core.labels.JOB_NAME_PATTERN`);
     ``labels``: string keys and values with Kubernetes' syntax, at most 64
-    (:mod:`core.labels`), for ``GET /jobs?labels=<selector>``.
+    (:mod:`core.labels`), for ``GET /jobs?labels=<selector>``. ``notify``: the webhook told
+    about finished runs (None: the owner's default, if any; see :mod:`core.notifications`).
     """
 
     task_id: str
@@ -336,6 +341,7 @@ class JobSpec(Model, kw_only=True, frozen=True):
     history_max_age_seconds: float | None = None
     name: str | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    notify: NotifyTarget | None = None
 
 
 SPEC_FIELDS = JobSpec.__struct_fields__

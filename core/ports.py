@@ -36,6 +36,7 @@ from core.model import (
     RunsFinished,
     StatusEvent,
 )
+from core.notifications import NotificationStore
 from core.quotas import Bucket, TokenRequest
 
 if TYPE_CHECKING:  # core.explain imports core.dispatch, which imports this module
@@ -204,7 +205,7 @@ class PruneResult:
     complete: bool
 
 
-class JobStore(Protocol):
+class JobStore(NotificationStore, Protocol):
     """Durable state: jobs and their executions. The source of truth of jobsched.
 
     Every method is safe to call concurrently from several processes. Connection loss and

@@ -319,7 +319,8 @@ class WorkerConfig(Section, frozen=True, kw_only=True):
             see QUEUED → outcome, and the run costs four NATS messages less. 0 (the default):
             every attempt reports RUNNING as it starts.
         http_allowed_networks: ``JOBSCHED_HTTP_ALLOWED_NETWORKS``; comma-separated CIDR networks
-            that outbound calls of tasks (the ``http`` task) may reach although they are not
+            that outbound calls of tasks (the ``http`` task) and the notifier's webhooks
+            (:mod:`actors.notifier`) may reach although they are not
             globally reachable: loopback, private, link-local and the other ranges
             :mod:`core.egress` refuses by default against server-side request forgery. Empty:
             public addresses only.

@@ -44,10 +44,11 @@ from core.model import (
     JobPatch,
     JobStatus,
 )
+from core.notifications import NotificationDefaultIn
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, RunInspector, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
-from gateway import dashboard
+from gateway import dashboard, notifications
 from gateway.auth import principal_from_authorization
 from gateway.cors import enable_cors, is_preflight
 from gateway.http_metrics import http_metrics_middleware
@@ -71,6 +72,7 @@ MAX_PAGE = 500
 encoder = msgspec.json.Encoder()
 job_create_decoder = msgspec.json.Decoder(JobCreate)
 job_patch_decoder = msgspec.json.Decoder(JobPatch)
+notification_default_decoder = msgspec.json.Decoder(NotificationDefaultIn)
 MAX_PREVIEW = 1000
 
 
@@ -146,6 +148,11 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/audit", list_audit)
     app.router.add_get("/schedules/preview", preview)
     app.router.add_get("/tasks", list_tasks)
+    app.router.add_get("/me/notifications", get_notification_default)
+    app.router.add_put("/me/notifications", put_notification_default)
+    app.router.add_get(
+        "/jobs/{job_id}/executions/{execution_id}/notifications", list_notification_attempts
+    )
     app[LIVE] = LiveStatus(
         deps.live_status,
         replay_concurrency=deps.config.ws_replay_concurrency,
@@ -293,7 +300,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 def json_response(
     obj: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
-    return web.Response(status=status, body=encoder.encode(obj), content_type=JSON, headers=headers)
+    body = encoder.encode(notifications.public(obj))
+    return web.Response(status=status, body=body, content_type=JSON, headers=headers)
 
 
 async def read_json(request: web.Request, decoder: msgspec.json.Decoder[Any]) -> Any:
@@ -482,6 +490,32 @@ async def get_execution(request: web.Request) -> web.Response:
     if run is None or run.job_id != job.id:
         raise ExecutionNotFound(f"execution {execution_id} of job {job.id} not found")
     return json_response(run)
+
+
+async def get_notification_default(request: web.Request) -> web.Response:
+    """``GET /me/notifications``: the caller's default webhook (``{"notify": null}``: none)."""
+    _only(request.query, set())
+    return json_response(
+        await notifications.get_default(request.app[DEPS].store, request[PRINCIPAL])
+    )
+
+
+async def put_notification_default(request: web.Request) -> web.Response:
+    """``PUT /me/notifications``: set (``{"notify": null}``: remove) the caller's default."""
+    body: NotificationDefaultIn = await read_json(request, notification_default_decoder)
+    return json_response(
+        await notifications.put_default(request.app[DEPS].store, request[PRINCIPAL], body)
+    )
+
+
+async def list_notification_attempts(request: web.Request) -> web.Response:
+    """``GET /jobs/{id}/executions/{eid}/notifications``: the run's webhook delivery attempts."""
+    _only(request.query, set())
+    m = request.match_info
+    attempts = await notifications.list_attempts(
+        request.app[SERVICE], request[PRINCIPAL], m["job_id"], m["execution_id"]
+    )
+    return json_response(attempts)
 
 
 AUDIT_PARAMS = frozenset({"limit", "cursor"})

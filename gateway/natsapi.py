@@ -21,6 +21,10 @@ operation     request body                                            reply
 ============  ======================================================  ================
 
 As over HTTP, a key repeated in a JSON object is refused (422 naming it).
+Notifications (README "Notifications"): ``notification-default`` (body ``{}``) answers the caller's
+default webhook as ``GET /me/notifications``; ``set-notification-default`` (``{"notify": {...} |
+null}``) sets it as ``PUT /me/notifications``; ``notifications`` (``{"jobId", "executionId"}``)
+answers a run's delivery attempts as ``GET /jobs/{id}/executions/{eid}/notifications``.
 
 Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
 Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
@@ -53,8 +57,10 @@ from core.errors import (
 )
 from core.labels import parse_selector
 from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
+from core.notifications import NotificationDefaultIn
 from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
+from gateway import notifications
 from gateway.auth import principal_from_authorization
 from gateway.inputs import check_duplicate_keys, check_time_range
 from gateway.problems import quota_limit, retry_after
@@ -181,6 +187,36 @@ async def _op_get(svc: JobService, user: Principal, job_id: str) -> Any:
     return await svc.get(user, job_id)
 
 
+class AttemptsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    job_id: str
+    execution_id: str
+
+
+_default_in = msgspec.json.Decoder(NotificationDefaultIn)
+_attempts = msgspec.json.Decoder(AttemptsRequest)
+
+
+async def _op_notification_default(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    return await notifications.get_default(svc.store, user)
+
+
+async def _op_set_notification_default(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    if not data.strip():
+        raise MalformedRequest("the request body is empty; send a JSON object")
+    return await notifications.put_default(svc.store, user, _decode(_default_in, data))
+
+
+async def _op_notifications(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    req: AttemptsRequest = _decode(_attempts, data)
+    return await notifications.list_attempts(svc, user, req.job_id, req.execution_id)
+
+
 OPERATIONS: dict[str, Operation] = {
     "create": _op_create,
     "get": _on_ref(_op_get),
@@ -191,6 +227,9 @@ OPERATIONS: dict[str, Operation] = {
     "trigger": _on_ref(JobService.trigger),
     "explain": _on_ref(JobService.explain),
     "audit": _op_audit,
+    "notification-default": _op_notification_default,
+    "set-notification-default": _op_set_notification_default,
+    "notifications": _op_notifications,
 }
 
 
@@ -240,7 +279,7 @@ class NatsApi:
                 log.exception("NATS API %s failed", name)
                 err = JobschedError("an unexpected error; see the server log")
                 return Reply(_problem(err, name), "500", err.message)
-            return Reply(_encoder.encode(result))
+            return Reply(_encoder.encode(notifications.public(result)))
 
         return handle
 

@@ -29,6 +29,11 @@ from core.model import (
     Page,
     Problem,
 )
+from core.notifications import (
+    NotificationAttemptList,
+    NotificationDefault,
+    NotificationDefaultIn,
+)
 from gateway import dashboard
 
 REF = "#/components/schemas/{name}"
@@ -104,6 +109,9 @@ OPERATION_IDS = {
     ("get", "/jobs/{job_id}/explain"): "explainJob",
     ("get", "/schedules/preview"): "previewSchedule",
     ("get", "/tasks"): "listTasks",
+    ("get", "/me/notifications"): "getNotificationDefault",
+    ("put", "/me/notifications"): "setNotificationDefault",
+    ("get", "/jobs/{job_id}/executions/{execution_id}/notifications"): "listNotificationAttempts",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }
@@ -118,6 +126,7 @@ TAGS = (
     ("/audit", "audit"),
     ("/schedules", "schedules"),
     ("/tasks", "tasks"),
+    ("/me/notifications", "notifications"),
     ("/", "health"),
 )
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
@@ -337,6 +346,35 @@ ROUTES: list[Route] = [
         problems=(401, 422),
     ),
     Route("get", "/tasks", "The task catalog", 200, TaskList),
+    Route(
+        "get",
+        "/jobs/{job_id}/executions/{execution_id}/notifications",
+        "The webhook delivery attempts of a run's notification, in order",
+        200,
+        NotificationAttemptList,
+        params=[
+            ID,
+            Param("execution_id", {"type": "string"}, "The run's id.", where="path", required=True),
+        ],
+        problems=(401, 403, 404, 503),
+    ),
+    Route(
+        "get",
+        "/me/notifications",
+        "Your default webhook, for your jobs without a notify of their own (secret not shown)",
+        200,
+        NotificationDefault,
+        problems=(401, 403, 503),
+    ),
+    Route(
+        "put",
+        "/me/notifications",
+        "Set (notify: null removes) your default webhook",
+        200,
+        NotificationDefault,
+        NotificationDefaultIn,
+        problems=(400, 401, 403, 413, 422, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -365,7 +403,8 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
-             FireTimes, TaskList, Page[AuditRecord], Explanation]  # fmt: skip
+             FireTimes, TaskList, Page[AuditRecord], Explanation, NotificationAttemptList,
+             NotificationDefault, NotificationDefaultIn]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import msgspec
 
-from core import cron, quotas
+from core import cron, notifications, quotas
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
@@ -172,6 +172,7 @@ class JobService:
             schedule=sched,
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
+            notify=notifications.resolve(body.notify),
         )
         return Job(
             **spec_values(options),
@@ -462,7 +463,10 @@ class JobService:
         self._check_attempts(max_attempts)
         labels = job.labels if patch.labels is None else merge_labels(job.labels, patch.labels)
         check_labels(labels)
-        new_spec = patched_spec(job.spec, patch, schedule=schedule, labels=labels)
+        notify = job.notify
+        if patch.notify is not msgspec.UNSET:
+            notify = notifications.resolve(patch.notify, current=job.notify)
+        new_spec = patched_spec(job.spec, patch, schedule=schedule, labels=labels, notify=notify)
         job = await self.store.update_job(
             owner,
             job_id,

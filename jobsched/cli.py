@@ -28,7 +28,10 @@ from core.errors import ConfigError, JobschedError
 from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
-from jobsched import eventloop
+from jobsched import (
+    cli_notify,  # noqa: F401  (registers its commands in COMMANDS)
+    eventloop,
+)
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
@@ -117,7 +120,7 @@ def main() -> None:
 )
 @click.option("--demo", is_flag=True, help="Submit the three example jobs once ready.")
 def dev(data_dir: Path | None, port: int | None, demo: bool) -> None:
-    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker.
+    """Everything in one process: nats-server, SQLite store, gateway, scheduler, worker, notifier.
 
     One per data directory: a second one on the same directory exits at once (status 1) naming
     the running one, and touches none of its files.
@@ -192,7 +195,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
             tg.create_task(announce(), name="announce")
             await serve(
                 settings,
-                Roles(gateway=True, scheduler=True, worker=True),
+                Roles(gateway=True, scheduler=True, worker=True, notifier=True),
                 stop,
                 servers=url,
                 started=started,
@@ -328,6 +331,13 @@ def scheduler() -> None:
 def worker() -> None:
     """A worker executing runs of JOBSCHED_QUEUES (needs JOBSCHED_NATS_URL only)."""
     _service(Roles(worker=True))
+
+
+@main.command()
+def notifier() -> None:
+    """The run notifier: webhooks for finished runs (JOBSCHED_NATS_URL, JOBSCHED_STORE_URL;
+    JOBSCHED_HTTP_ALLOWED_NETWORKS allows internal receivers)."""
+    _service(Roles(notifier=True))
 
 
 # --- deployment: the bus users ---------------------------------------------------------------

@@ -28,6 +28,7 @@ import msgspec
 from core.model import Event, Execution, Job, JobEvent, MisfirePolicy, OverlapPolicy, Page
 from core.timeutil import isoformat_z
 from jobsched.client import ApiError, JobschedClient, WaitTimedOut, WatchClosed
+from jobsched.notify_options import notify_field, notify_options
 
 T = TypeVar("T")
 DEV_FILE = "dev.json"
@@ -469,6 +470,7 @@ def _spec(
 @_spec_options
 @_naming_options(patching=False)
 @_schedule_options
+@notify_options
 @click.option(
     "--idempotency-key",
     default=None,
@@ -496,6 +498,7 @@ def submit(
     schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
     body: dict[str, Any] = {"taskId": task_id, **_spec(*(options.pop(k) for k in _SPEC_KEYS))}
     body |= _naming(options.pop("name"), options.pop("labels"))
+    body |= notify_field(options)
     if schedule is not None:
         body["schedule"] = schedule
     if (

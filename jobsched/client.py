@@ -28,9 +28,13 @@ from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
 from core.explain import Explanation
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
+from core.notifications import NotificationAttempt, NotificationAttemptList, NotificationDefault
+from core.notify_spec import NotifyIn
 
 T = TypeVar("T")
 
+_default_decoder = msgspec.json.Decoder(NotificationDefault)
+_attempts_decoder = msgspec.json.Decoder(NotificationAttemptList)
 _job_decoder = msgspec.json.Decoder(Job)
 _jobs_decoder = msgspec.json.Decoder(Page[Job])
 _executions_decoder = msgspec.json.Decoder(Page[Execution])
@@ -360,6 +364,28 @@ class JobschedClient:
         items: list[dict[str, Any]] = data["items"]
         return items
 
+    async def notification_default(self) -> NotificationDefault:
+        """``GET /me/notifications``: your default webhook (its secret is never shown)."""
+        return _default_decoder.decode(await self._request("GET", "/me/notifications"))
+
+    async def set_notification_default(
+        self, notify: NotifyIn | dict[str, Any] | None
+    ) -> NotificationDefault:
+        """``PUT /me/notifications``: set (None: remove) your default webhook.
+
+        Raises:
+            ApiError: 422 naming ``notify.url``, ``notify.on`` or ``notify.secret``.
+        """
+        raw = msgspec.json.encode({"notify": notify})
+        return _default_decoder.decode(await self._request("PUT", "/me/notifications", body=raw))
+
+    async def notification_attempts(
+        self, job_id: str, execution_id: str
+    ) -> list[NotificationAttempt]:
+        """``GET /jobs/{id}/executions/{eid}/notifications``: the run's delivery attempts."""
+        path = f"/jobs/{job_id}/executions/{execution_id}/notifications"
+        return _attempts_decoder.decode(await self._request("GET", path)).items
+
     async def wait_for_status(
         self,
         job_id: str,
@@ -527,3 +553,19 @@ class NatsJobschedClient:
     async def audit(self, **filters: Any) -> Page[AuditRecord]:
         """Filters as ``GET /audit`` (camelCase): jobId, owner, actor, allUsers, limit, cursor."""
         return _audit_decoder.decode(await self._call("audit", filters))
+
+    async def notification_default(self) -> NotificationDefault:
+        return _default_decoder.decode(await self._call("notification-default", {}))
+
+    async def set_notification_default(
+        self, notify: NotifyIn | dict[str, Any] | None
+    ) -> NotificationDefault:
+        return _default_decoder.decode(
+            await self._call("set-notification-default", {"notify": notify})
+        )
+
+    async def notification_attempts(
+        self, job_id: str, execution_id: str
+    ) -> list[NotificationAttempt]:
+        body = {"jobId": job_id, "executionId": execution_id}
+        return _attempts_decoder.decode(await self._call("notifications", body)).items

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
+from actors.notifier import Notifier
 from actors.ownership import CLUSTER_MIN_TTL_SECONDS, LeaseOwnership
 from actors.recorder import Recorder
 from actors.retention import Pruner
@@ -36,6 +37,7 @@ from bus.inspect import BusInspector
 from bus.leases import LeaseBucket
 from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
+from bus.notifier import NotifierStream
 from bus.status import LiveStream
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
@@ -48,6 +50,7 @@ from gateway.auth import principal_and_expiry
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
 from jobsched.datadir import write_private
+from jobsched.webhooks import AiohttpSender
 from store import create_store
 
 log = logging.getLogger(__name__)
@@ -186,6 +189,8 @@ class Connection(StrEnum):
     """The status stream's ``recorder`` consumer and finished-run notices."""
     WORKER = "worker"
     """The work consumers, status reports, the cancel-marker watch, queue depth."""
+    NOTIFIER = "notifier"
+    """The status stream's ``notifier`` consumer (:mod:`actors.notifier`)."""
     CALLOUT = "callout"
     """The gateway's NATS auth callout service (:mod:`bus.callout`), when
     ``JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE`` is set: the server's authorization requests."""
@@ -200,6 +205,7 @@ def connections_of(roles: Roles, *, callout: bool = False) -> list[Connection]:
         Connection.SCHEDULER: roles.scheduler,
         Connection.RECORDER: roles.runs_recorder,
         Connection.WORKER: roles.worker,
+        Connection.NOTIFIER: roles.notifier,
         Connection.CALLOUT: roles.gateway and callout,
     }
     return [c for c in Connection if wanted[c]]
@@ -378,6 +384,7 @@ class Roles:
     scheduler: bool = False
     worker: bool = False
     recorder: bool | None = None
+    notifier: bool = False
 
     @property
     def runs_recorder(self) -> bool:
@@ -391,6 +398,7 @@ class Roles:
             "scheduler": self.scheduler,
             "recorder": self.runs_recorder,
             "worker": self.worker,
+            "notifier": self.notifier,
         }
         return frozenset(name for name, yes in on.items() if yes)
 
@@ -487,6 +495,16 @@ class Parts:
         return Worker(bus, self.catalog, self.clock, config, markers, metrics=self.metrics)
 
 
+async def notifier_actor(parts: Parts, stack: AsyncExitStack) -> Notifier:
+    """The notifier on its own connection; its webhook sender (closed with ``stack``) is
+    guarded by the workers' egress setting (``JOBSCHED_HTTP_ALLOWED_NETWORKS``)."""
+    assert parts.store is not None
+    sender = AiohttpSender(parts.settings.worker.egress)
+    stack.push_async_callback(sender.close)
+    bus = NotifierStream(parts.buses[Connection.NOTIFIER])
+    return Notifier(bus, parts.store, sender, clock=parts.clock, metrics=parts.metrics)
+
+
 def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
     """The HTTP gateway (API on the gateway connection, ``/ws`` on the live one) and the NATS
     API service."""
@@ -566,7 +584,7 @@ async def serve(
         if buses is None:
             return
         store: JobStore | None = None
-        if roles.gateway or roles.scheduler or roles.runs_recorder:
+        if roles.gateway or roles.scheduler or roles.runs_recorder or roles.notifier:
             store = await until_stopped(stack.enter_async_context(opened_store(settings)), stop)
             if store is None:
                 return
@@ -590,6 +608,8 @@ async def serve(
             actors.append(recorder)
         if roles.worker:
             actors.append(parts.worker())
+        if roles.notifier:
+            actors.append(await notifier_actor(parts, stack))
         actors += metrics_actors(settings, roles, buses, metrics, store=store, peers=actors)
         metrics_server = next((a for a in actors if isinstance(a, MetricsServer)), None)
 

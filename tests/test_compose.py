@@ -31,7 +31,7 @@ from jobsched.runtime import Roles, connections_of
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose.yaml"
 COMPOSE_SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
-JOBSCHED_ROLES = {"gateway": 1, "scheduler": 2, "worker": 2}
+JOBSCHED_ROLES = {"gateway": 1, "scheduler": 2, "worker": 2, "notifier": 1}
 NATS_NODES = ("nats-1", "nats-2", "nats-3")
 SECRETS = "./secrets"  # `jobsched nats-credentials secrets`, never committed
 

@@ -53,7 +53,7 @@ KEDA = K8S / "keda"
 SECRET_EXAMPLE = "secret.example.yaml"
 KUBERNETES_VERSIONS = ("1.30", "1.35")
 """1.30: the oldest the manifests need (the preStop ``sleep`` action); 1.35: a recent one."""
-ROLES = ("gateway", "scheduler", "worker")
+ROLES = ("gateway", "scheduler", "worker", "notifier")
 NATS_PING_TIMEOUT_SECONDS = 2  # Bus.ping
 MONITORING_PORT = 8222
 
@@ -507,6 +507,7 @@ def test_secrets_are_secret_references_and_only_where_needed(core: list[Doc]) ->
         "gateway": {"JOBSCHED_AUTH_SECRET", "JOBSCHED_STORE_URL"},
         "scheduler": {"JOBSCHED_STORE_URL"},
         "worker": set(),
+        "notifier": {"JOBSCHED_STORE_URL"},
     }
 
 

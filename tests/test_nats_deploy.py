@@ -189,7 +189,12 @@ async def test_each_connection_of_a_process_authenticates_with_its_own_file(
     settings = load_settings(
         {"JOBSCHED_NATS_CREDENTIALS_DIR": str(secrets_dir), "JOBSCHED_SUBJECT_PREFIX": PREFIX}
     )
-    processes = (Roles(gateway=True), Roles(scheduler=True), Roles(worker=True))
+    processes = (
+        Roles(gateway=True),
+        Roles(scheduler=True),
+        Roles(worker=True),
+        Roles(notifier=True),
+    )
     opened = {c for roles in processes for c in connections_of(roles, callout=roles.gateway)}
     assert opened == set(Connection)
     for connection in sorted(opened):

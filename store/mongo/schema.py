@@ -265,6 +265,12 @@ INDEXES: tuple[IndexSpec, ...] = (
         (("at", DESCENDING), (ID, DESCENDING)),
         "dead_letters: the latest first",
     ),
+    IndexSpec(
+        "notification_attempts",
+        "notification_attempts_run",
+        (("executionId", ASCENDING), ("attempt", ASCENDING)),
+        "notification_attempts: one run's delivery attempts, in order",
+    ),
 )
 """Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;
 execution id ``<jobId>:<scheduledFor>``, so a duplicate dispatch cannot create a second record)."""

@@ -52,6 +52,7 @@ from store.mongo.documents import (
     stored_attempts,
     to_document,
 )
+from store.mongo.notifications import MongoNotifications
 from store.mongo.operations import (
     MOST_RECENTLY_FINISHED_FIRST,
     NEWEST_AUDIT_FIRST,
@@ -108,7 +109,7 @@ UPDATE_ATTEMPTS = 3
 the read that explains why the write matched nothing."""
 
 
-class MongoStore:
+class MongoStore(MongoNotifications):
     """:class:`core.ports.JobStore` on a MongoDB replica set (MongoDB 6.0 or later).
 
     A replica set is required (a one-member one will do): majority write concern and retryable

@@ -40,6 +40,7 @@ from core.values import storable_event
 from store.dispatching import JobState, advanced
 from store.pages import Keyset
 from store.rows import RowReader
+from store.sqlite.notifications import NOTIFICATION_SCHEMA, SqliteNotifications
 from store.sqlite.rows import (
     attempts_column,
     audit_from_row,
@@ -94,7 +95,7 @@ def path_from_url(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
 
 
-class SqliteStore:
+class SqliteStore(SqliteNotifications):
     """:class:`core.ports.JobStore` on one SQLite file.
 
     Args:
@@ -129,6 +130,7 @@ class SqliteStore:
                 )
                 await self._migrate(writer)
                 await writer.executescript(TENANCY_SCHEMA)
+                await writer.executescript(NOTIFICATION_SCHEMA)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):

@@ -42,7 +42,7 @@ JOB_KEYS = {
     "misfirePolicy", "misfireGraceSeconds", "maxCatchUp", "overlapPolicy", "historyLimit",
     "historyMaxAgeSeconds", "status", "partition", "createdAt", "updatedAt", "nextRunAt",
     "lastRunAt", "lastRunStatus", "lastError", "lastExecutionId", "lastScheduledFor",
-    "lastDispatchedFor", "runCount", "idempotencyKey", "name", "labels",
+    "lastDispatchedFor", "runCount", "idempotencyKey", "name", "labels", "notify",
 }  # fmt: skip
 
 

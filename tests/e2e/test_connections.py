@@ -18,7 +18,8 @@ def test_a_process_opens_one_connection_per_role_it_runs() -> None:
     assert connections_of(Roles(scheduler=True)) == [Connection.SCHEDULER, Connection.RECORDER]
     assert connections_of(Roles(scheduler=True, recorder=False)) == [Connection.SCHEDULER]
     assert connections_of(Roles(worker=True)) == [Connection.WORKER]
-    everything = Roles(gateway=True, scheduler=True, worker=True)
+    assert connections_of(Roles(notifier=True)) == [Connection.NOTIFIER]
+    everything = Roles(gateway=True, scheduler=True, worker=True, notifier=True)
     assert connections_of(everything, callout=True) == list(Connection)
     assert Connection.CALLOUT not in connections_of(everything)
     assert connections_of(Roles(worker=True), callout=True) == [Connection.WORKER]
@@ -36,7 +37,7 @@ async def test_the_server_sees_each_roles_connection_by_name_and_user(
     settings = make_settings(nats_url=server.url, nats_callout_issuer_seed_file=str(seed_file))
     try:
         async with (
-            start_stack(settings),
+            start_stack(settings, Roles(gateway=True, scheduler=True, worker=True, notifier=True)),
             aiohttp.ClientSession() as http,
             http.get(server.monitor_url + "/connz?auth=true") as r,
         ):

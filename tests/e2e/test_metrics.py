@@ -112,7 +112,7 @@ def test_every_metric_is_prefixed_documented_and_bounded() -> None:
     metrics.nats_disconnected("scheduler")()
 
     families = [f for f in metrics.registry.collect() if not f.name.startswith(LIBRARY_PREFIXES)]
-    assert len(families) == 24
+    assert len(families) == 25
     for family in families:
         assert family.name.startswith("jobsched_"), family.name
         assert family.documentation, family.name
@@ -129,14 +129,16 @@ def _names(metrics: Metrics) -> set[str]:
 def test_a_process_exports_the_metrics_of_its_roles_only() -> None:
     worker, scheduler = _names(Metrics({"worker"})), _names(Metrics({"scheduler", "recorder"}))
     gateway, everything = _names(Metrics({"gateway"})), _names(Metrics())
+    notifier = _names(Metrics({"notifier"}))
 
     assert "jobsched_runs" in worker and "jobsched_owned_partitions" not in worker
     assert "jobsched_owned_partitions" in scheduler and "jobsched_runs" not in scheduler
     assert "jobsched_events_recorded" in scheduler and "jobsched_ws_connections" not in scheduler
     assert {"http_server_request_duration_seconds", "jobsched_ws_connections"} <= gateway
     assert "jobsched_queue_depth" in worker & scheduler  # both refresh it
-    assert worker | scheduler | gateway == everything
-    for names in (worker, scheduler, gateway):
+    assert "jobsched_notification_attempts" in notifier - worker - scheduler - gateway
+    assert worker | scheduler | gateway | notifier == everything
+    for names in (worker, scheduler, gateway, notifier):
         assert "jobsched_nats_disconnects" in names
         assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= names
         assert not any(n.startswith("http_server_") for n in names - gateway)

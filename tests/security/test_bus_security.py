@@ -24,6 +24,7 @@ from bus.auth import generate_users, read_credentials
 from bus.inspect import BusInspector
 from bus.leases import LeaseBucket
 from bus.nats import Bus, BusConfig
+from bus.notifier import NotifierStream
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from jobsched.natsserver import NatsServer
 
@@ -149,7 +150,7 @@ async def test_scheduler_and_worker_do_their_work_under_their_permissions(
         await scheduler.close()
 
 
-@pytest.mark.parametrize("role", ["worker", "api", "recorder", "live"])
+@pytest.mark.parametrize("role", ["worker", "api", "recorder", "live", "notifier"])
 async def test_no_role_but_the_schedulers_and_gateways_can_attack_the_bus(
     secured: tuple[NatsServer, dict[str, Path]], role: str
 ) -> None:
@@ -308,3 +309,33 @@ async def test_credentials_files_are_private_and_never_repeat_the_password(
         assert path.stat().st_mode & 0o777 == 0o600
         assert "password=<hidden>" in repr(read_credentials(path))
     assert (server.store_dir / "nats-server.conf").stat().st_mode & 0o777 == 0o600
+
+
+async def test_the_notifier_reads_its_own_consumer_only_and_cannot_forge_an_event(
+    secured: tuple[NatsServer, dict[str, Path]],
+) -> None:
+    """The notifier calls URLs users chose: its NATS user may pull the status stream's
+    ``notifier`` consumer, and nothing else — no event it could forge (a run's outcome in
+    everyone's history), no run, no taking events from the recorders."""
+    server, files = secured
+    scheduler = role_bus(server.url, files["scheduler"], "jobsched-scheduler")
+    notifier = role_bus(server.url, files["notifier"], "jobsched-notifier")
+    await scheduler.connect()
+    await notifier.connect()
+    try:
+        await scheduler.ensure_streams()
+        stream = NotifierStream(notifier)
+        consumer = await stream.notifier_consumer()  # allowed: create and pull its own
+        assert await consumer.fetch(1, timeout_seconds=0.2) == []
+        await consumer.close()
+        status = scheduler.config.status_stream
+        async with attacker(server.url, files["notifier"]) as (nc, errors):
+            subject = scheduler.config.status_subject("alice", "job-1")
+            await nc.publish(subject, b'{"kind": "run", "status": "SUCCEEDED"}')
+            await refused(errors, f'Publish to "{subject}"')
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{status}.recorder", b"1")
+            await refused(errors, f"$JS.API.CONSUMER.MSG.NEXT.{status}.recorder")
+        assert await scheduler.status_last_seq() == 0
+    finally:
+        await notifier.close()
+        await scheduler.close()

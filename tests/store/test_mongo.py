@@ -80,6 +80,7 @@ from core.model import (
     StatusEvent,
     spec_values,
 )
+from core.notify_spec import NotifyTarget
 from core.ports import (
     UNCHANGED,
     Dispatch,
@@ -290,6 +291,7 @@ CONTROL_SPEC = JobSpec(
     overlap_policy=OverlapPolicy.REPLACE,
     history_limit=25,
     history_max_age_seconds=3600.0,
+    notify=NotifyTarget(url="https://hooks.example/", on=["failure", "success"]),
 )
 
 
@@ -829,6 +831,8 @@ async def run_every_query(store: MongoStore) -> None:
             await store.list_jobs("alice", q, limit=1, cursor=page.next_cursor)
             await store.list_jobs("alice", JobQuery(status=status, last_run_status=last),
                                   limit=2, cursor=None)  # fmt: skip
+    await store.notification_attempts("j1:x")
+    await store.get_notification_default("alice")
     page2 = await store.list_executions("alice", "j1", limit=1, cursor=None)
     await store.list_executions("alice", "j1", limit=1, cursor=page2.next_cursor)
     await store.create_job(job("keyed", idempotency_key="k-1"), request_hash="h")
