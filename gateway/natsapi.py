@@ -17,6 +17,9 @@ operation     request body                                            reply
               "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
 
+and the operations on runs of :mod:`gateway.natsapi_runs` (dead letters, replay, backfill, bulk
+actions).
+
 Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
 Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
 ``Nats-Service-Error`` = the message) whose body is the same RFC 9457 problem as HTTP, with the
@@ -27,6 +30,7 @@ gateway process serves the API in one queue group.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -49,7 +53,9 @@ from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemFi
 from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
 from gateway.auth import principal_from_authorization
+from gateway.natsapi_runs import RUN_OPERATIONS
 from gateway.problems import quota_limit, retry_after
+from gateway.runs import RunService
 from gateway.service import JobService
 
 log = logging.getLogger(__name__)
@@ -96,6 +102,7 @@ _list = msgspec.json.Decoder(ListRequest)
 _audit = msgspec.json.Decoder(AuditRequest)
 
 Operation = Callable[[JobService, Principal, bytes, dict[str, str]], Awaitable[Any]]
+Call = Callable[[Principal, bytes, dict[str, str]], Awaitable[Any]]
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
@@ -180,11 +187,19 @@ class NatsApi:
         host: serves the endpoints (NATS: :class:`bus.micro.MicroHost`).
         service: the job service shared with HTTP.
         secret: the bearer-token key.
+        runs: the run service shared with HTTP (default: one of its own on ``service``).
     """
 
-    def __init__(self, host: ServiceHost, service: JobService, secret: str) -> None:
+    def __init__(
+        self,
+        host: ServiceHost,
+        service: JobService,
+        secret: str,
+        runs: RunService | None = None,
+    ) -> None:
         self.host = host
         self.service = service
+        self.runs = runs or RunService(service)
         self.secret = secret
         self.name = "nats-api"
         self.ready = asyncio.Event()
@@ -194,18 +209,23 @@ class NatsApi:
         self._stop.set()
 
     async def run(self) -> None:
-        endpoints = {name: self._handler(name) for name in OPERATIONS}
+        endpoints = {
+            name: self._handler(name, functools.partial(op, self.service))
+            for name, op in OPERATIONS.items()
+        }
+        endpoints.update(
+            (name, self._handler(name, functools.partial(op, self.runs)))
+            for name, op in RUN_OPERATIONS.items()
+        )
         async with self.host.serve(SPEC, endpoints):
             self.ready.set()
             await self._stop.wait()
 
-    def _handler(self, name: str) -> ServiceHandler:
-        operation = OPERATIONS[name]
-
+    def _handler(self, name: str, operation: Call) -> ServiceHandler:
         async def handle(data: bytes, headers: Mapping[str, str]) -> Reply:
             try:
                 user = principal_from_authorization(headers.get("Authorization"), self.secret)
-                result = await operation(self.service, user, data, dict(headers))
+                result = await operation(user, data, dict(headers))
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)

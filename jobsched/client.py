@@ -27,6 +27,7 @@ from bus.nats import NatsClient
 from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
+from jobsched.client_runs import HttpRunsApi, NatsRunsApi
 
 T = TypeVar("T")
 
@@ -100,7 +101,7 @@ class _Frame(msgspec.Struct, frozen=True):
 _frame_decoder = msgspec.json.Decoder(_Frame)
 
 
-class JobschedClient:
+class JobschedClient(HttpRunsApi):
     """Client of one gateway.
 
     Args:
@@ -400,7 +401,7 @@ def nats_api_connect_options(token: str) -> NatsApiConnectOptions:
     return options
 
 
-class NatsJobschedClient:
+class NatsJobschedClient(NatsRunsApi):
     """Async client of the NATS request-reply API (``<prefix>.api.<operation>``).
 
     The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`. It connects
