@@ -203,3 +203,14 @@ class NatsRunsApi:
 
     async def get_bulk(self, bulk_id: str) -> BulkAction:
         return _bulk_decoder.decode(await self._call("bulk", {"id": bulk_id}))
+
+    async def wait_bulk(
+        self, bulk_id: str, *, timeout_seconds: float = 30.0, poll_seconds: float = 0.1
+    ) -> BulkAction:
+        """Poll the ``bulk`` operation until the action finished (as the HTTP client's)."""
+        async with asyncio.timeout(timeout_seconds):
+            while True:
+                action = await self.get_bulk(bulk_id)
+                if action.status not in OPEN_BULK_STATUSES:
+                    return action
+                await asyncio.sleep(poll_seconds)

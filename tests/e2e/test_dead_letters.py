@@ -132,6 +132,8 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
         assert bad.value.status == 422
         action = await api.bulk_replay({"taskId": "fail"})
         assert (await api.get_bulk(action.id)).id == action.id
+        finished = await api.wait_bulk(action.id, timeout_seconds=30)
+        assert (finished.status, finished.done) == ("SUCCEEDED", 1)
         with pytest.raises(ApiError) as hidden:
             await bob.get_bulk(action.id)
         assert hidden.value.status == 404
