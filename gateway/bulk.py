@@ -34,7 +34,7 @@ from core.bulk import (
     after_batch,
     phase_query,
 )
-from core.errors import QuotaExceeded, Unavailable
+from core.errors import JobschedError, QuotaExceeded, StoreRejected, Unavailable
 from core.model import Execution, Job
 from gateway.runs import RunService
 
@@ -84,11 +84,32 @@ class BulkRunner:
                     self.holder, now=self.clock.now(), lease_seconds=self.lease_seconds
                 )
                 if action is not None:
-                    await self.process(action)
+                    await self._process_or_fail(action)
                     continue
             except Unavailable as e:
                 log.warning("bulk runner: %s; trying again", e)
             await self._idle()
+
+    async def _process_or_fail(self, action: BulkAction) -> None:
+        """:meth:`process`; an action that cannot go on for good (an error that is not an
+        outage, e.g. a cursor this version cannot read) is saved FAILED with the reason."""
+        try:
+            await self.process(action)
+        except Unavailable:
+            raise
+        except JobschedError as e:
+            log.error("bulk %s failed: %s", action.id, e)
+            now = self.clock.now()
+            failed = msgspec.structs.replace(
+                action,
+                status=BulkStatus.FAILED,
+                error=e.message,
+                updated_at=now,
+                finished_at=now,
+                lease_owner=None,
+                lease_expires_at=now,
+            )
+            await self._save(action, failed)
 
     async def _idle(self) -> None:
         wake = self.runs.bulk_created
@@ -121,7 +142,7 @@ class BulkRunner:
             counts, next_cursor = BatchCounts(), None
         else:
             page = await self.store.list_runs(
-                action.filter.owner, query, limit=self.batch, cursor=action.cursor
+                action.filter.owner, query, limit=self._batch_size(action), cursor=action.cursor
             )
             handled = await self._handle(action, page.items)
             if handled is None:  # a quota: keep the lease, try the same page again later
@@ -140,6 +161,14 @@ class BulkRunner:
                 saved.failed,
             )
         return saved
+
+    def _batch_size(self, action: BulkAction) -> int:
+        """Runs per batch: at most the ``runsPerMinute`` bucket's capacity for a replay, so that
+        a batch's tokens can always be granted in the end."""
+        rate = self.runs.jobs.config.quotas.runs
+        if action.kind != BulkKind.REPLAY or rate is None:
+            return self.batch
+        return max(1, min(self.batch, int(rate.capacity)))
 
     async def _save(self, before: BulkAction, after: BulkAction) -> BulkAction | None:
         if await self.store.save_bulk(after, holder=self.holder):
@@ -175,6 +204,10 @@ class BulkRunner:
                 async with asyncio.timeout(wait):
                     await self._stop.wait()
             return None
-        results = await self.runs.replay_runs(who, pairs, now, bulk=action)
+        try:
+            results = await self.runs.replay_runs(who, pairs, now, bulk=action)
+        except StoreRejected as e:  # a run of the batch can never be recorded
+            log.error("bulk %s: a batch of %d replays was refused: %s", action.id, len(pairs), e)
+            return BatchCounts(failed=len(pairs))
         done = sum(1 for r in results if r.run is not None)
         return BatchCounts(done=done, skipped=len(results) - done)

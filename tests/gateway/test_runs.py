@@ -21,6 +21,7 @@ from core.audit import AuditAction, AuditQuery
 from core.bulk import BulkCreate, BulkKind, BulkStatus, RunQuery
 from core.clock import FakeClock
 from core.model import CronSchedule, Execution, ExecutionStatus, Job, RunTrigger
+from core.quotas import Quotas
 from core.runs import queued_run, run_event
 from core.settings import GatewayConfig
 from gateway.app import GatewayDeps, create_app
@@ -503,3 +504,42 @@ async def test_the_runner_wakes_for_a_new_action_and_stops(runs: Runs) -> None:
     runner.stop()
     async with asyncio.timeout(10):
         await task
+
+
+async def test_a_bulk_replay_waits_for_its_quota_and_then_goes_on(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    store = SqliteStore(tmp_path / "quota.db")
+    await store.open()
+    try:
+        config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
+        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+        r = Runs(store, clock, service, FakeCancelSignals())
+        await seed(r, "alice", 3, ExecutionStatus.FAILED)
+        await service.create_bulk(Principal("alice"), BulkKind.REPLAY, BulkCreate())
+        runner = BulkRunner(service, holder="gw", batch=100, lease_seconds=30)
+        claimed = await store.claim_bulk("gw", now=clock.now(), lease_seconds=30)
+        assert claimed is not None
+        first = await runner.step(claimed)  # 2 = the bucket's capacity, granted
+        assert first is not None and (first.done, first.status) == (2, BulkStatus.RUNNING)
+        runner.stop()  # the quota wait returns at once once stopped
+        waiting = await runner.step(first)  # the bucket is empty: same page, lease extended
+        assert waiting is not None and (waiting.done, waiting.cursor) == (2, first.cursor)
+        await clock.advance(timedelta(seconds=30))  # one token back
+        done = await runner.step(waiting)
+        assert done is not None and (done.done, done.status) == (3, BulkStatus.SUCCEEDED)
+    finally:
+        await store.close()
+
+
+async def test_a_bulk_action_that_cannot_go_on_is_failed_with_the_reason(runs: Runs) -> None:
+    await seed(runs, "alice", 2, ExecutionStatus.FAILED)
+    action = await runs.service.create_bulk(Principal("alice"), BulkKind.REPLAY, BulkCreate())
+    claimed = await runs.store.claim_bulk("gw", now=runs.clock.now(), lease_seconds=30)
+    assert claimed is not None
+    broken = msgspec.structs.replace(claimed, cursor="not-a-cursor")
+    assert await runs.store.save_bulk(broken, holder="gw")
+    await BulkRunner(runs.service, holder="gw")._process_or_fail(broken)
+    stored = await runs.store.get_bulk(action.id)
+    assert stored is not None and stored.status == BulkStatus.FAILED
+    assert stored.error is not None and "cursor" in stored.error
+    assert await runs.store.claim_bulk("gw2", now=T0 + timedelta(hours=1), lease_seconds=30) is None
