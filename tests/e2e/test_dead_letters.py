@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from core.model import Execution, Job
+from core.bulk import BulkAction, BulkFilter, BulkKind, BulkStatus, RunQuery
+from core.model import Execution, ExecutionStatus, Job
 from jobsched.cli import main
 from jobsched.client import ApiError, JobschedClient
+from store.sqlite import SqliteStore
 from tests.conftest import SettingsFactory
 from tests.e2e.test_nats_api import nats_client
 from tests.e2e.test_processes import dev_env, read_dev_file
@@ -172,3 +174,77 @@ async def test_the_cli_lists_replays_backfills_and_runs_bulk_actions(stack: Stac
     assert "SUCCEEDED" in again and "1 / 0 / 0" in again
     await cli(stack, "backfill", cron.id, "--from", "yesterday", "--to", end.isoformat(), code=2)
     await cli(stack, "bulk", "show", "nope", code=1)
+
+
+async def test_a_bulk_replay_left_by_a_crashed_gateway_is_resumed_by_the_next_process(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """A gateway died mid-action: its lease expired, its progress (2 of 5 runs, the cursor after
+    them) saved. The next `jobsched dev` process claims it and replays exactly the rest."""
+    data = tmp_path / "dev-data"
+    env = dev_env(make_settings, data)
+    dev = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev1.log")
+    try:
+        url, token = await read_dev_file(data, dev)
+        async with JobschedClient(url, token) as client:
+            job = await client.create_job(FAILING)
+            for _ in range(5):
+                await client.trigger_job(job.id)
+            await wait_executions(
+                client, job.id, lambda rs: [r.status for r in rs] == ["FAILED"] * 5, what="5 dead"
+            )
+            await client.patch_job(job.id, {"parameters": {"times": 0}})
+        stale = (data / "dev.json").read_text()
+        dev.kill()  # SIGKILL: a crash
+    finally:
+        dev.close()
+
+    store = SqliteStore(data / "jobsched.db")
+    await store.open()
+    try:
+        first = await store.list_runs(job.owner, RunQuery(), limit=2, cursor=None)
+        now = datetime.now(UTC)
+        await store.create_bulk(
+            BulkAction(
+                id="left-by-a-crash",
+                kind=BulkKind.REPLAY,
+                status=BulkStatus.RUNNING,
+                filter=BulkFilter(statuses=[ExecutionStatus.FAILED], owner=job.owner),
+                actor=job.owner,
+                done=2,
+                cursor=first.next_cursor,
+                created_at=now,
+                updated_at=now,
+                lease_owner="gw-crashed",
+                lease_expires_at=now - timedelta(seconds=1),
+            )
+        )
+        rest = await store.list_runs(job.owner, RunQuery(), limit=10, cursor=first.next_cursor)
+    finally:
+        await store.close()
+
+    dev2 = Child(["dev", "--data-dir", str(data), "--port", "0"], env, tmp_path / "dev2.log")
+    try:
+        url, token = await read_dev_file(data, dev2, previous=stale)
+        async with JobschedClient(url, token) as client:
+            action = await client.wait_bulk("left-by-a-crash", timeout_seconds=30)
+            assert (action.status, action.done, action.skipped, action.failed) == (
+                "SUCCEEDED",
+                5,
+                0,
+                0,
+            )
+            assert action.lease_owner is None
+            runs = await wait_executions(
+                client,
+                job.id,
+                lambda rs: (
+                    sum(r.replay_of is not None and r.status == "SUCCEEDED" for r in rs) == 3
+                ),
+                what="the 3 remaining replays",
+            )
+            replayed = sorted(r.replay_of or "" for r in runs if r.replay_of)
+            assert replayed == sorted(r.id for r in rest.items)
+        assert dev2.terminate() == 0, dev2.output()
+    finally:
+        dev2.close()
