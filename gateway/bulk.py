@@ -88,6 +88,8 @@ class BulkRunner:
                     continue
             except Unavailable as e:
                 log.warning("bulk runner: %s; trying again", e)
+            except JobschedError as e:  # e.g. a stored action this version cannot read
+                log.error("bulk runner: %s; trying again at the next scan", e)
             await self._idle()
 
     async def _process_or_fail(self, action: BulkAction) -> None:
