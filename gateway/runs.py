@@ -253,6 +253,15 @@ class RunService:
                 ],
             )
         queued = sum(1 for r in runs if r.status == ExecutionStatus.QUEUED)
+        rate = self.jobs.config.quotas.runs
+        if rate is not None and queued > rate.capacity:
+            raise InvalidRequest(
+                FieldError(
+                    "to",
+                    f"{queued} runs would start at once; at most {int(rate.capacity)} may start "
+                    "per minute here: backfill a shorter range",
+                )
+            )
         if queued:
             await self._take_runs({owner: queued}, now)
         created: list[bool] = []

@@ -18,9 +18,18 @@ from aiohttp.test_utils import TestServer
 
 from core.access import READ, SCOPES, Principal, Role
 from core.audit import AuditAction, AuditQuery
+from core.backfill import BackfillRequest
 from core.bulk import BulkCreate, BulkKind, BulkStatus, RunQuery
 from core.clock import FakeClock
-from core.model import CronSchedule, Execution, ExecutionStatus, Job, RunTrigger
+from core.errors import InvalidRequest
+from core.model import (
+    CronSchedule,
+    Execution,
+    ExecutionStatus,
+    Job,
+    OverlapPolicy,
+    RunTrigger,
+)
 from core.quotas import Quotas
 from core.runs import queued_run, run_event
 from core.settings import GatewayConfig
@@ -35,6 +44,7 @@ from tests.conftest import TEST_SECRET
 from tests.fakes import FakeCancelSignals
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
+FAILED = ExecutionStatus.FAILED
 CRON = {"taskId": "noop", "schedule": {"type": "cron", "expression": "*/10 * * * *"}}
 
 
@@ -543,3 +553,31 @@ async def test_a_bulk_action_that_cannot_go_on_is_failed_with_the_reason(runs: R
     assert stored is not None and stored.status == BulkStatus.FAILED
     assert stored.error is not None and "cursor" in stored.error
     assert await runs.store.claim_bulk("gw2", now=T0 + timedelta(hours=1), lease_seconds=30) is None
+
+
+async def test_a_backfill_beyond_the_run_quota_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(T0)
+    store = SqliteStore(tmp_path / "quota.db")
+    await store.open()
+    try:
+        config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
+        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+        await seed(Runs(store, clock, service, FakeCancelSignals()), "alice", 0, FAILED)
+        body = BackfillRequest(
+            scheduled_from=T0 - timedelta(hours=1),
+            scheduled_to=T0,
+            overlap_policy=OverlapPolicy.ALLOW,
+        )
+        with pytest.raises(InvalidRequest) as refused:
+            await service.backfill(Principal("alice"), "job-alice", body)
+        assert [e.field for e in refused.value.errors] == ["to"]
+        page = await store.list_executions("alice", "job-alice", limit=10, cursor=None)
+        assert page.items == []
+        planned = await service.backfill(
+            Principal("alice"), "job-alice", msgspec.structs.replace(body, dry_run=True)
+        )
+        assert len(planned.fire_times) == 6
+    finally:
+        await store.close()
