@@ -62,17 +62,25 @@ def manual_run(job: Job, now: datetime) -> Execution:
 
 
 def replay_run(
-    job: Job, original: Execution, now: datetime, *, nonce: str | None = None
+    job: Job,
+    original: Execution,
+    now: datetime,
+    *,
+    nonce: str | None = None,
+    at: datetime | None = None,
 ) -> Execution:
-    """The QUEUED record of a replay of ``original`` (a run of ``job``) at ``now``: a manual
-    run (:func:`manual_run`) whose ``replayOf`` names the original. ``nonce`` (default
-    random) fixes its id (:func:`core.ids.manual_execution_id`): a bulk replay derives it
-    from the action and the original (:func:`core.bulk.replay_nonce`)."""
+    """The QUEUED record of a replay of ``original`` (a run of ``job``), recorded at ``now``: a
+    manual run (:func:`manual_run`) whose ``replayOf`` names the original. Its id
+    (:func:`core.ids.manual_execution_id`) and ``scheduledFor`` are ``at`` (default ``now``)
+    and ``nonce`` (default random): a bulk replay fixes both, from the action's creation time
+    and from the action and the original (:func:`core.bulk.replay_nonce`), so the same replay
+    always gets the same id."""
+    fixed = now if at is None else at
     return msgspec.structs.replace(
         _run(
             job,
-            manual_execution_id(job.id, now, nonce),
-            now,
+            manual_execution_id(job.id, fixed, nonce),
+            fixed,
             now,
             MANUAL_DISPATCHER,
             trigger=RunTrigger.MANUAL,

@@ -159,9 +159,9 @@ class RunService:
             if original.status not in REPLAYABLE:
                 results.append(Replayed(None, reason=f"the run is {original.status}"))
                 continue
-            at = now if bulk is None else bulk.created_at
+            at = None if bulk is None else bulk.created_at
             nonce = None if bulk is None else replay_nonce(bulk.id, original.id)
-            run = replay_run(job, original, at, nonce=nonce)
+            run = replay_run(job, original, now, nonce=nonce, at=at)
             results.append(Replayed(run))
             todo.append((i, job, run))
         if not todo:
