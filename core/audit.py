@@ -46,6 +46,11 @@ class AuditAction(enum.StrEnum):
     CANCELLED = "cancelled"
     DELETED = "deleted"
     TRIGGERED = "triggered"
+    REPLAYED = "replayed"
+    BACKFILLED = "backfilled"
+    RUN_CANCELLED = "runCancelled"
+    BULK_REPLAY = "bulkReplay"
+    BULK_CANCEL = "bulkCancel"
 
 
 class AuditChange(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -70,7 +75,13 @@ class AuditRecord(Model, kw_only=True, omit_defaults=False, frozen=True):
         action: what the change did.
         at: when (aware UTC, milliseconds).
         changes: the fields it changed (empty for ``deleted`` and ``triggered``).
-        execution_id: the run a ``triggered`` change created.
+        execution_id: the run a ``triggered`` or ``replayed`` change created, or the run a
+            ``runCancelled`` one cancelled.
+        replay_of: the run a ``replayed`` change replays.
+        bulk_id: the bulk action (:mod:`core.bulk`) a change belongs to; a ``bulkReplay`` or
+            ``bulkCancel`` record is the bulk action's creation itself (its ``job_id`` is
+            empty: it is about the runs its filter selects, not one job).
+        runs: how many runs a ``backfilled`` change created.
     """
 
     id: str
@@ -82,6 +93,9 @@ class AuditRecord(Model, kw_only=True, omit_defaults=False, frozen=True):
     at: Instant
     changes: list[AuditChange] = msgspec.field(default_factory=list)
     execution_id: str | None = None
+    replay_of: str | None = None
+    bulk_id: str | None = None
+    runs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,9 @@ class AuditEntry:
     action: AuditAction
     at: datetime
     execution_id: str | None = None
+    replay_of: str | None = None
+    bulk_id: str | None = None
+    runs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +139,9 @@ def audit_entry(
     at: datetime,
     *,
     execution_id: str | None = None,
+    replay_of: str | None = None,
+    bulk_id: str | None = None,
+    runs: int | None = None,
 ) -> AuditEntry:
     """The entry of ``who``'s ``action`` on ``owner``'s job at ``at``, with a fresh id."""
     return AuditEntry(
@@ -133,6 +153,9 @@ def audit_entry(
         action=action,
         at=at,
         execution_id=execution_id,
+        replay_of=replay_of,
+        bulk_id=bulk_id,
+        runs=runs,
     )
 
 
@@ -149,6 +172,9 @@ def audit_record(entry: AuditEntry, before: Job | None, after: Job | None) -> Au
         at=entry.at,
         changes=job_changes(before, after),
         execution_id=entry.execution_id,
+        replay_of=entry.replay_of,
+        bulk_id=entry.bulk_id,
+        runs=entry.runs,
     )
 
 

@@ -468,6 +468,10 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     ``started_at - scheduled_for`` is the delay users saw); ``worker_id`` the worker that last
     reported; ``attempts`` every attempt with its own start, worker and outcome, oldest first
     (at most :data:`MAX_ATTEMPTS`).
+
+    ``replay_of`` is the id of the run this one replays (``POST …/executions/{id}/replay``,
+    :mod:`core.bulk`); ``backfill`` marks a run created by ``POST /jobs/{id}/backfill`` for a
+    past occurrence (:mod:`core.backfill`). Both are set once, when the run is recorded.
     """
 
     id: str
@@ -496,6 +500,8 @@ class Execution(Model, kw_only=True, omit_defaults=False, frozen=True):
     skip_reason: str | None = None
     missed: Missed | None = None
     attempts: list[Attempt] = msgspec.field(default_factory=list)
+    replay_of: str | None = None
+    backfill: bool = False
 
 
 class Page(Model, Generic[T], kw_only=True, omit_defaults=False, frozen=True):

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
+from core.bulk import BulkAction, RunQuery
 from core.errors import BusUnavailable, Conflict
 from core.labels import Selector
 from core.live import EventBatch, StoredEvent
@@ -205,7 +206,56 @@ class PruneResult:
     complete: bool
 
 
-class JobStore(NotificationStore, Protocol):
+class RunStore(Protocol):
+    """Dead letters, replays' bulk actions and backfills: the part of :class:`JobStore` that
+    reads runs across jobs and keeps :class:`core.bulk.BulkAction` records."""
+
+    async def list_runs(
+        self, owner: str | None, query: RunQuery, *, limit: int, cursor: str | None
+    ) -> Page[Execution]:
+        """Runs of every job of ``owner`` (None: every user's) matching ``query``, newest
+        scheduled time first (then id), ``limit`` per page; served by an index on
+        (owner, status[, taskId], scheduledFor, id), the error text filtered on the scan.
+
+        Raises:
+            InvalidRequest: on field ``cursor``.
+        """
+        ...
+
+    async def create_bulk(self, action: BulkAction, *, audit: AuditEntry | None = None) -> None:
+        """Insert a new bulk action durably, with its ``audit`` record (optional).
+
+        Raises:
+            Conflict: an action with this id exists.
+        """
+        ...
+
+    async def get_bulk(self, bulk_id: str) -> BulkAction | None:
+        """One bulk action by id, or None."""
+        ...
+
+    async def claim_bulk(
+        self, holder: str, *, now: datetime, lease_seconds: float
+    ) -> BulkAction | None:
+        """Take the lease of one open (QUEUED or RUNNING) action whose lease expired
+        (``lease_expires_at <= now``; a new action's lease is expired from the start), the
+        longest-expired first: set ``lease_owner`` to ``holder``, ``lease_expires_at`` to
+        ``now + lease_seconds`` seconds and the status to RUNNING, atomically (two claimers
+        never both win); the action as claimed, or None when none is free."""
+        ...
+
+    async def save_bulk(self, action: BulkAction, *, holder: str) -> bool:
+        """Replace the stored action with ``action`` only if its lease is still ``holder``'s
+        (a compare-and-set); False when another gateway took it over (then stop)."""
+        ...
+
+    async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Store audit records of changes that are not a job's (a run's cancellation, a bulk
+        action, a backfill), each with no field changes (:func:`core.audit.audit_record`)."""
+        ...
+
+
+class JobStore(NotificationStore, RunStore, Protocol):
     """Durable state: jobs and their executions. The source of truth of jobsched.
 
     Every method is safe to call concurrently from several processes. Connection loss and

@@ -61,6 +61,65 @@ def manual_run(job: Job, now: datetime) -> Execution:
     )
 
 
+def replay_run(
+    job: Job,
+    original: Execution,
+    now: datetime,
+    *,
+    nonce: str | None = None,
+    at: datetime | None = None,
+) -> Execution:
+    """The QUEUED record of a replay of ``original`` (a run of ``job``), recorded at ``now``: a
+    manual run (:func:`manual_run`) whose ``replayOf`` names the original. Its id
+    (:func:`core.ids.manual_execution_id`) and ``scheduledFor`` are ``at`` (default ``now``)
+    and ``nonce`` (default random): a bulk replay fixes both, from the action's creation time
+    and from the action and the original (:func:`core.bulk.replay_nonce`), so the same replay
+    always gets the same id."""
+    fixed = now if at is None else at
+    return msgspec.structs.replace(
+        _run(
+            job,
+            manual_execution_id(job.id, fixed, nonce),
+            fixed,
+            now,
+            MANUAL_DISPATCHER,
+            trigger=RunTrigger.MANUAL,
+            jitter=0,
+        ),
+        replay_of=original.id,
+    )
+
+
+def backfill_run(
+    job: Job, scheduled_for: datetime, now: datetime, *, skip_reason: str | None = None
+) -> Execution:
+    """The record of a backfilled occurrence of ``job`` at ``scheduled_for`` (past), recorded
+    at ``now``: QUEUED with the occurrence's deterministic id, no jitter, ``backfill`` set
+    (``trigger: manual``: a user asked for it); SKIPPED with ``skip_reason`` when the overlap
+    policy leaves it out (:mod:`core.backfill`)."""
+    run = msgspec.structs.replace(
+        _run(
+            job,
+            execution_id(job.id, scheduled_for),
+            scheduled_for,
+            now,
+            MANUAL_DISPATCHER,
+            trigger=RunTrigger.MANUAL,
+            jitter=0,
+        ),
+        backfill=True,
+    )
+    if skip_reason is None:
+        return run
+    return msgspec.structs.replace(
+        run,
+        status=ExecutionStatus.SKIPPED,
+        state_rank=TERMINAL_RANK,
+        finished_at=now,
+        skip_reason=skip_reason,
+    )
+
+
 def skipped_run(
     job: Job,
     scheduled_for: datetime,

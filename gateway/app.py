@@ -8,6 +8,7 @@ and the request id; a client never sees a stack trace or a 500 for bad input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +25,8 @@ from actors.metrics import Metrics, metrics_handler
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
+from core.backfill import BackfillRequest
+from core.bulk import MAX_ERROR_FILTER, BulkCreate, BulkKind, RunQuery
 from core.clock import Clock
 from core.errors import (
     ExecutionNotFound,
@@ -50,6 +53,7 @@ from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
 from gateway import dashboard, notifications
 from gateway.auth import principal_from_authorization
+from gateway.bulk import BulkRunner
 from gateway.cors import enable_cors, is_preflight
 from gateway.http_metrics import http_metrics_middleware
 from gateway.inputs import (
@@ -61,6 +65,7 @@ from gateway.inputs import (
 from gateway.live import LiveStatus
 from gateway.openapi import docs_page, openapi_document
 from gateway.problems import TITLES, describe, problem
+from gateway.runs import RunService
 from gateway.service import JobService
 from gateway.ws import websocket
 
@@ -73,6 +78,8 @@ encoder = msgspec.json.Encoder()
 job_create_decoder = msgspec.json.Decoder(JobCreate)
 job_patch_decoder = msgspec.json.Decoder(JobPatch)
 notification_default_decoder = msgspec.json.Decoder(NotificationDefaultIn)
+backfill_decoder = msgspec.json.Decoder(BackfillRequest)
+bulk_decoder = msgspec.json.Decoder(BulkCreate)
 MAX_PREVIEW = 1000
 
 
@@ -102,6 +109,8 @@ class GatewayDeps:
 
 DEPS = web.AppKey("deps", GatewayDeps)
 SERVICE = web.AppKey("service", JobService)
+RUNS = web.AppKey("runs", RunService)
+BULK_RUNNER = web.AppKey("bulk_runner", BulkRunner)
 PRINCIPAL = web.RequestKey("principal", Principal)
 LIVE = web.AppKey("live", LiveStatus)
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -153,6 +162,15 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get(
         "/jobs/{job_id}/executions/{execution_id}/notifications", list_notification_attempts
     )
+    app[RUNS] = RunService(app[SERVICE])
+    app[BULK_RUNNER] = BulkRunner(app[RUNS], holder=f"gateway-{uuid.uuid4().hex[:12]}")
+    app.cleanup_ctx.append(_bulk_runner)
+    app.router.add_get("/executions", list_runs)
+    app.router.add_post("/jobs/{job_id}/executions/{execution_id}/replay", replay_run)
+    app.router.add_post("/jobs/{job_id}/backfill", backfill)
+    app.router.add_post("/bulk/replay", bulk_action(BulkKind.REPLAY))
+    app.router.add_post("/bulk/cancel", bulk_action(BulkKind.CANCEL))
+    app.router.add_get("/bulk/{bulk_id}", get_bulk)
     app[LIVE] = LiveStatus(
         deps.live_status,
         replay_concurrency=deps.config.ws_replay_concurrency,
@@ -183,6 +201,21 @@ async def _live_status_feed(app: web.Application) -> AsyncIterator[None]:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+async def _bulk_runner(app: web.Application) -> AsyncIterator[None]:
+    """Run this gateway's bulk runner (:mod:`gateway.bulk`) for the life of the app."""
+    runner = app[BULK_RUNNER]
+    task = asyncio.create_task(runner.run(), name=runner.name)
+    yield
+    runner.stop()
+    try:
+        async with asyncio.timeout(10):
+            await task
+    except TimeoutError:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # --- middlewares -----------------------------------------------------------------------------
@@ -608,6 +641,75 @@ async def readyz(request: web.Request) -> web.Response:
     if deps.bus is not None:
         checks["nats"] = deps.bus.ping
     return health_response(await readiness(checks))
+
+
+RUN_LIST_PARAMS = frozenset(
+    {"status", "taskId", "from", "to", "error", "limit", "cursor", "owner", "allUsers"}
+)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """``GET /executions``: runs across the caller's jobs (default ``status=FAILED``: the dead
+    letters), newest scheduled first, cursor-paginated; ``taskId``, ``from`` / ``to`` (their
+    ``scheduledFor``), ``error`` (a case-insensitive substring) narrow them; an admin's choice
+    of ``owner``'s or (``allUsers=true``) everyone's."""
+    q = request.query
+    _only(q, RUN_LIST_PARAMS)
+    error = q.get("error") or None
+    if error is not None and len(error) > MAX_ERROR_FILTER:
+        raise InvalidRequest(FieldError("error", f"must be at most {MAX_ERROR_FILTER} characters"))
+    query = RunQuery(
+        status=_enum_param(q, "status", ExecutionStatus) or ExecutionStatus.FAILED,
+        task_id=q.get("taskId") or None,
+        scheduled_from=_time_param(q, "from"),
+        scheduled_to=_time_param(q, "to"),
+        error=error,
+    )
+    page = await request.app[RUNS].list_runs(
+        request[PRINCIPAL],
+        query,
+        limit=_limit_param(q),
+        cursor=q.get("cursor") or None,
+        owner=q.get("owner") or None,
+        all_users=_bool_param(q, "allUsers"),
+    )
+    return json_response(page)
+
+
+async def replay_run(request: web.Request) -> web.Response:
+    """``POST /jobs/{id}/executions/{eid}/replay``: a new run replaying that one; 201."""
+    run = await request.app[RUNS].replay(
+        request[PRINCIPAL], request.match_info["job_id"], request.match_info["execution_id"]
+    )
+    location = f"/jobs/{run.job_id}/executions/{run.id}"
+    return json_response(run, status=201, headers={"Location": location})
+
+
+async def backfill(request: web.Request) -> web.Response:
+    """``POST /jobs/{id}/backfill``: the runs of the past range (see :mod:`core.backfill`)."""
+    body: BackfillRequest = await read_json(request, backfill_decoder)
+    result = await request.app[RUNS].backfill(
+        request[PRINCIPAL], request.match_info["job_id"], body
+    )
+    return json_response(result)
+
+
+def bulk_action(kind: BulkKind) -> Handler:
+    """A ``POST /bulk/<kind>`` handler: record the action, answer 202 with it (its progress at
+    ``GET /bulk/{id}``, its ``Location``)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body: BulkCreate = await read_json(request, bulk_decoder)
+        action = await request.app[RUNS].create_bulk(request[PRINCIPAL], kind, body)
+        return json_response(action, status=202, headers={"Location": f"/bulk/{action.id}"})
+
+    return handler
+
+
+async def get_bulk(request: web.Request) -> web.Response:
+    """``GET /bulk/{id}``: a bulk action's status, counts and filter."""
+    action = await request.app[RUNS].get_bulk(request[PRINCIPAL], request.match_info["bulk_id"])
+    return json_response(action)
 
 
 # --- query parameters ------------------------------------------------------------------------

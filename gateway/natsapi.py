@@ -25,6 +25,8 @@ Notifications (README "Notifications"): ``notification-default`` (body ``{}``) a
 default webhook as ``GET /me/notifications``; ``set-notification-default`` (``{"notify": {...} |
 null}``) sets it as ``PUT /me/notifications``; ``notifications`` (``{"jobId", "executionId"}``)
 answers a run's delivery attempts as ``GET /jobs/{id}/executions/{eid}/notifications``.
+The operations on runs (dead letters, replay, backfill, bulk actions) are in
+:mod:`gateway.natsapi_runs`.
 
 Identity: header ``Authorization: Bearer <token>`` (the same tokens, roles and scopes as HTTP).
 Errors are service errors (headers ``Nats-Service-Error-Code`` = the HTTP status and
@@ -36,6 +38,7 @@ gateway process serves the API in one queue group.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -63,7 +66,9 @@ from core.tasks import validation_field_error
 from gateway import notifications
 from gateway.auth import principal_from_authorization
 from gateway.inputs import check_duplicate_keys, check_time_range
+from gateway.natsapi_runs import RUN_OPERATIONS
 from gateway.problems import quota_limit, retry_after
+from gateway.runs import RunService
 from gateway.service import JobService
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,7 @@ _list = msgspec.json.Decoder(ListRequest)
 _audit = msgspec.json.Decoder(AuditRequest)
 
 Operation = Callable[[JobService, Principal, bytes, dict[str, str]], Awaitable[Any]]
+Call = Callable[[Principal, bytes, dict[str, str]], Awaitable[Any]]
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
@@ -240,11 +246,19 @@ class NatsApi:
         host: serves the endpoints (NATS: :class:`bus.micro.MicroHost`).
         service: the job service shared with HTTP.
         secret: the bearer-token key.
+        runs: the run service shared with HTTP (default: one of its own on ``service``).
     """
 
-    def __init__(self, host: ServiceHost, service: JobService, secret: str) -> None:
+    def __init__(
+        self,
+        host: ServiceHost,
+        service: JobService,
+        secret: str,
+        runs: RunService | None = None,
+    ) -> None:
         self.host = host
         self.service = service
+        self.runs = runs or RunService(service)
         self.secret = secret
         self.name = "nats-api"
         self.ready = asyncio.Event()
@@ -254,18 +268,23 @@ class NatsApi:
         self._stop.set()
 
     async def run(self) -> None:
-        endpoints = {name: self._handler(name) for name in OPERATIONS}
+        endpoints = {
+            name: self._handler(name, functools.partial(op, self.service))
+            for name, op in OPERATIONS.items()
+        }
+        endpoints.update(
+            (name, self._handler(name, functools.partial(op, self.runs)))
+            for name, op in RUN_OPERATIONS.items()
+        )
         async with self.host.serve(SPEC, endpoints):
             self.ready.set()
             await self._stop.wait()
 
-    def _handler(self, name: str) -> ServiceHandler:
-        operation = OPERATIONS[name]
-
+    def _handler(self, name: str, operation: Call) -> ServiceHandler:
         async def handle(data: bytes, headers: Mapping[str, str]) -> Reply:
             try:
                 user = principal_from_authorization(headers.get("Authorization"), self.secret)
-                result = await operation(self.service, user, data, dict(headers))
+                result = await operation(user, data, dict(headers))
             except JobschedError as e:
                 if isinstance(e, Unavailable):
                     log.warning("NATS API %s: %s", name, e)

@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.backfill import BackfillRequest, BackfillResult
+from core.bulk import BulkAction, BulkCreate
 from core.explain import Explanation
 from core.model import (
     Execution,
@@ -112,6 +114,12 @@ OPERATION_IDS = {
     ("get", "/me/notifications"): "getNotificationDefault",
     ("put", "/me/notifications"): "setNotificationDefault",
     ("get", "/jobs/{job_id}/executions/{execution_id}/notifications"): "listNotificationAttempts",
+    ("get", "/executions"): "listRuns",
+    ("post", "/jobs/{job_id}/executions/{execution_id}/replay"): "replayRun",
+    ("post", "/jobs/{job_id}/backfill"): "backfillJob",
+    ("post", "/bulk/replay"): "bulkReplay",
+    ("post", "/bulk/cancel"): "bulkCancel",
+    ("get", "/bulk/{bulk_id}"): "getBulk",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }
@@ -122,6 +130,9 @@ TAGS = (
     ("/jobs/{job_id}/audit", "audit"),
     ("/jobs/{job_id}/upcoming", "schedules"),
     ("/jobs/{job_id}/explain", "diagnostics"),
+    ("/jobs/{job_id}/backfill", "runs"),
+    ("/executions", "runs"),
+    ("/bulk", "bulk"),
     ("/jobs", "jobs"),
     ("/audit", "audit"),
     ("/schedules", "schedules"),
@@ -136,6 +147,9 @@ generated clients."""
 ID = Param("job_id", {"type": "string"}, "The job's id.", where="path", required=True)
 LIMIT = Param(
     "limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."
+)
+EXECUTION_ID = Param(
+    "execution_id", {"type": "string"}, "The run's id.", where="path", required=True
 )
 CURSOR = Param("cursor", {"type": "string"}, "The previous page's nextCursor.")
 COUNT = Param(
@@ -274,7 +288,7 @@ ROUTES: list[Route] = [
         Execution,
         params=[
             ID,
-            Param("execution_id", {"type": "string"}, "The run's id.", where="path", required=True),
+            EXECUTION_ID,
         ],
         problems=(401, 403, 404, 503),
     ),
@@ -375,6 +389,79 @@ ROUTES: list[Route] = [
         NotificationDefaultIn,
         problems=(400, 401, 403, 413, 422, 503),
     ),
+    Route(
+        "get",
+        "/executions",
+        "Runs across your jobs (an admin: anyone's), newest scheduled first: by default the "
+        "dead letters (FAILED: runs that failed their last attempt)",
+        200,
+        Page[Execution],
+        params=[
+            Param("status", _enum(ExecutionStatus), "Only runs in this status (default FAILED)."),
+            Param("taskId", {"type": "string"}, "Only runs of this task."),
+            Param("from", INSTANT, "Scheduled at or after (RFC 3339 with offset)."),
+            Param("to", INSTANT, "Scheduled before (RFC 3339 with offset)."),
+            Param(
+                "error",
+                {"type": "string", "maxLength": 200},
+                "Only runs whose error contains this text (case-insensitive).",
+            ),
+            LIMIT,
+            CURSOR,
+            OWNER,
+            ALL_USERS,
+        ],
+        problems=(401, 403, 422, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/executions/{execution_id}/replay",
+        "Replay a finished run: a new run (new id, replayOf = this one), dispatched now",
+        201,
+        Execution,
+        params=[ID, EXECUTION_ID],
+        problems=(401, 403, 404, 409, 429, 503),
+    ),
+    Route(
+        "post",
+        "/jobs/{job_id}/backfill",
+        "Create (or, dryRun, list) the runs a cron or interval job would have had in a past "
+        "range (at most 1000)",
+        200,
+        BackfillResult,
+        BackfillRequest,
+        [ID],
+        problems=(400, 401, 403, 404, 409, 413, 422, 429, 503),
+    ),
+    Route(
+        "post",
+        "/bulk/replay",
+        "Replay every run a filter selects, in the background (progress: GET /bulk/{id})",
+        202,
+        BulkAction,
+        BulkCreate,
+        problems=(400, 401, 403, 413, 422, 503),
+    ),
+    Route(
+        "post",
+        "/bulk/cancel",
+        "Cancel every run in progress a filter selects, in the background",
+        202,
+        BulkAction,
+        BulkCreate,
+        problems=(400, 401, 403, 413, 422, 503),
+    ),
+    Route(
+        "get",
+        "/bulk/{bulk_id}",
+        "A bulk action: its status, counts (done, skipped, failed), filter and actor",
+        200,
+        BulkAction,
+        params=[
+            Param("bulk_id", {"type": "string"}, "The action's id.", where="path", required=True)
+        ],
+        problems=(401, 403, 404, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -404,7 +491,8 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
              FireTimes, TaskList, Page[AuditRecord], Explanation, NotificationAttemptList,
-             NotificationDefault, NotificationDefaultIn]  # fmt: skip
+             NotificationDefault, NotificationDefaultIn, BackfillRequest, BackfillResult,
+             BulkCreate, BulkAction]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

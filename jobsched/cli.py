@@ -33,6 +33,7 @@ from jobsched import (
     eventloop,
 )
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
+from jobsched.cli_runs import RUN_COMMANDS
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
 from jobsched.eventloop import EventLoopChoice
@@ -465,7 +466,7 @@ def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | N
 # --- client commands -------------------------------------------------------------------------
 
 
-for _command in COMMANDS:
+for _command in [*COMMANDS, *RUN_COMMANDS]:
     main.add_command(_command)
 
 

@@ -30,6 +30,7 @@ from core.explain import Explanation
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 from core.notifications import NotificationAttempt, NotificationAttemptList, NotificationDefault
 from core.notify_spec import NotifyIn
+from jobsched.client_runs import HttpRunsApi, NatsRunsApi
 
 T = TypeVar("T")
 
@@ -106,7 +107,7 @@ class _Frame(msgspec.Struct, frozen=True):
 _frame_decoder = msgspec.json.Decoder(_Frame)
 
 
-class JobschedClient:
+class JobschedClient(HttpRunsApi):
     """Client of one gateway.
 
     Args:
@@ -438,7 +439,7 @@ def nats_api_connect_options(token: str) -> NatsApiConnectOptions:
     return options
 
 
-class NatsJobschedClient:
+class NatsJobschedClient(NatsRunsApi):
     """Async client of the NATS request-reply API (``<prefix>.api.<operation>``).
 
     The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`. It connects

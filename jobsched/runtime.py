@@ -45,7 +45,7 @@ from core.errors import ConfigError
 from core.ports import JobStore
 from core.settings import NatsConfig, Settings
 from core.tasks import TaskCatalog
-from gateway.app import SERVICE, GatewayDeps, create_app
+from gateway.app import RUNS, SERVICE, GatewayDeps, create_app
 from gateway.auth import principal_and_expiry
 from gateway.natsapi import NatsApi
 from gateway.server import GatewayRunner
@@ -524,7 +524,7 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
     )
     app = create_app(deps)
     return Gateway(app, settings.http.host, settings.http.port), NatsApi(
-        MicroHost(api_bus), app[SERVICE], secret
+        MicroHost(api_bus), app[SERVICE], secret, app[RUNS]
     )
 
 

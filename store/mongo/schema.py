@@ -29,6 +29,7 @@ EXECUTIONS = "executions"
 DEAD_LETTERS = "dead_letters"
 AUDIT = "audit"
 QUOTA_BUCKETS = "quota_buckets"
+BULK_ACTIONS = "bulk_actions"
 ID = "_id"
 
 DURABLE = WriteConcern(w="majority", j=True)
@@ -270,6 +271,52 @@ INDEXES: tuple[IndexSpec, ...] = (
         "notification_attempts_run",
         (("executionId", ASCENDING), ("attempt", ASCENDING)),
         "notification_attempts: one run's delivery attempts, in order",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_owner_status_scheduled_id",
+        (
+            ("owner", ASCENDING),
+            ("status", ASCENDING),
+            ("scheduledFor", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_runs of one user (dead letters: status FAILED), newest scheduled first, keyset",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_owner_status_task_scheduled",
+        (
+            ("owner", ASCENDING),
+            ("status", ASCENDING),
+            ("taskId", ASCENDING),
+            ("scheduledFor", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_runs?taskId=… of one user",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_status_scheduled_id",
+        (("status", ASCENDING), ("scheduledFor", DESCENDING), (ID, DESCENDING)),
+        "list_runs of every user (admins, bulk actions over every user's runs)",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_status_task_scheduled",
+        (
+            ("status", ASCENDING),
+            ("taskId", ASCENDING),
+            ("scheduledFor", DESCENDING),
+            (ID, DESCENDING),
+        ),
+        "list_runs?taskId=… of every user",
+    ),
+    IndexSpec(
+        BULK_ACTIONS,
+        "bulk_actions_claim",
+        (("status", ASCENDING), ("leaseExpiresAt", ASCENDING)),
+        "claim_bulk: an open bulk action whose lease expired, the longest-expired first",
     ),
 )
 """Every index jobsched creates, besides the unique ``_id_`` index of each collection (job id;

@@ -77,6 +77,7 @@ from store.mongo.operations import (
     summary_ops,
     transition_op,
 )
+from store.mongo.runs import MongoRuns
 from store.mongo.schema import (
     AUDIT,
     CODEC_OPTIONS,
@@ -109,7 +110,7 @@ UPDATE_ATTEMPTS = 3
 the read that explains why the write matched nothing."""
 
 
-class MongoStore(MongoNotifications):
+class MongoStore(MongoNotifications, MongoRuns):
     """:class:`core.ports.JobStore` on a MongoDB replica set (MongoDB 6.0 or later).
 
     A replica set is required (a one-member one will do): majority write concern and retryable

@@ -46,6 +46,8 @@ class _Extra(Model, kw_only=True, frozen=True):
     jitter_ms: int = 0
     skip_reason: str | None = None
     missed: Missed | None = None
+    replay_of: str | None = None
+    backfill: bool = False
 
 
 _encoder = msgspec.json.Encoder()
@@ -151,6 +153,8 @@ def execution_from_row(row: sqlite3.Row) -> Execution:
         jitter_ms=extra.jitter_ms,
         skip_reason=extra.skip_reason,
         missed=extra.missed,
+        replay_of=extra.replay_of,
+        backfill=extra.backfill,
         attempts=_attempts_decoder.decode(row["attempts"]) if row["attempts"] else [],
     )
 
@@ -184,6 +188,8 @@ def execution_row(e: Execution) -> tuple[Any, ...]:
                 jitter_ms=e.jitter_ms,
                 skip_reason=e.skip_reason,
                 missed=e.missed,
+                replay_of=e.replay_of,
+                backfill=e.backfill,
             )
         ),
         _encoder.encode(e.attempts) if e.attempts else None,

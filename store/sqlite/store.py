@@ -59,6 +59,7 @@ from store.sqlite.rows import (
     stored_attempts,
     summary_params,
 )
+from store.sqlite.runs import RUNS_SCHEMA, SqliteRuns
 from store.sqlite.schema import (
     ADVANCE,
     AUDIT_INSERT,
@@ -95,7 +96,7 @@ def path_from_url(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
 
 
-class SqliteStore(SqliteNotifications):
+class SqliteStore(SqliteNotifications, SqliteRuns):
     """:class:`core.ports.JobStore` on one SQLite file.
 
     Args:
@@ -131,6 +132,7 @@ class SqliteStore(SqliteNotifications):
                 await self._migrate(writer)
                 await writer.executescript(TENANCY_SCHEMA)
                 await writer.executescript(NOTIFICATION_SCHEMA)
+                await writer.executescript(RUNS_SCHEMA)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):

@@ -51,6 +51,7 @@ from pymongo.write_concern import WriteConcern
 
 from core.access import Principal, Role
 from core.audit import AuditAction, AuditQuery, audit_entry
+from core.bulk import BulkAction, BulkFilter, BulkKind, RunQuery
 from core.errors import (
     ConfigError,
     Conflict,
@@ -117,6 +118,7 @@ from store.mongo_queries import (
     runs_by_status_per_hour,
     scheduling_delay_per_hour,
 )
+from store.pages import encode_cursor
 from store.sqlite import SqliteStore
 from tests.store.backends import MONGODB_URL_ENV, real_mongo_store
 from tests.store.mongo_fake import (
@@ -879,6 +881,25 @@ async def run_every_query(store: MongoStore) -> None:
         running_jobs(owner="alice"),
     ):
         await (await store.database[EXECUTIONS].aggregate(pipeline)).to_list()
+    await _run_queries(store)
+
+
+async def _run_queries(store: MongoStore) -> None:
+    """The queries of dead letters (every filter, both scopes, with cursors) and bulk actions."""
+    for owner in ("alice", None):
+        for task_id in (None, "noop"):
+            q = RunQuery(status=ExecutionStatus.RUNNING, task_id=task_id, scheduled_from=T0,
+                         scheduled_to=at(90), error="x")  # fmt: skip
+            await store.list_runs(owner, q, limit=1, cursor=None)
+            await store.list_runs(owner, q, limit=1, cursor=encode_cursor(1, "z"))
+            await store.list_runs(owner, RunQuery(task_id=task_id), limit=1, cursor=None)
+    action = BulkAction(id="bulk", kind=BulkKind.CANCEL, filter=BulkFilter(statuses=[]),
+                        actor="alice", created_at=T0, updated_at=T0, lease_expires_at=T0)  # fmt: skip
+    await store.create_bulk(action)
+    await store.get_bulk("bulk")
+    claimed = await store.claim_bulk("gw", now=at(1), lease_seconds=30)
+    assert claimed is not None
+    await store.save_bulk(claimed, holder="gw")
 
 
 # --- driver errors -----------------------------------------------------------------------------

@@ -1,0 +1,247 @@
+"""Dead letters, replays and bulk actions: the shapes and the pure rules.
+
+A *dead letter* is a run that failed its last attempt (status ``FAILED``): listed across a
+user's jobs by ``GET /executions`` (:class:`RunQuery`), replayed one by one
+(``POST /jobs/{id}/executions/{eid}/replay``) or in bulk by filter (``POST /bulk/replay``), and
+runs still in progress are cancelled in bulk (``POST /bulk/cancel``). A replay is a new run with
+a new id whose ``replayOf`` names the original, dispatched as a manual trigger is.
+
+Each bulk action is its own record (:class:`BulkAction`, ``GET /bulk/{id}``), processed in
+batches by whichever gateway holds its lease (:mod:`gateway.bulk`), as Trigger.dev's and
+Hatchet's bulk replays are tracked. Its progress (phase and keyset cursor) is saved with its
+counts after every batch under a compare-and-set on the lease, so a gateway that crashes loses
+at most one batch's bookkeeping: the next holder repeats that batch, and a replay's id is
+derived from (bulk id, original run id) (:func:`replay_nonce`), so a repeated batch creates no
+second replay.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated
+
+import msgspec
+
+from core.access import Role
+from core.errors import Conflict, NotFound
+from core.model import (
+    ACTIVE_EXECUTION_STATUSES,
+    ExecutionStatus,
+    Instant,
+    Model,
+    TaskId,
+)
+
+MAX_ERROR_FILTER = 200
+"""Most characters of an ``error`` filter (a case-insensitive substring of the run's error)."""
+BULK_BATCH = 100
+"""Runs one batch of a bulk action handles (one page of the listing, one dispatch)."""
+BULK_LEASE_SECONDS = 30.0
+"""How long a gateway holds a bulk action's lease between two batches (seconds); another
+gateway takes an action whose lease expired over where its progress was saved."""
+
+ErrorFilter = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ERROR_FILTER)]
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters of ``list_runs`` (the runs of every job of an owner, newest scheduled first).
+
+    Attributes:
+        status: only runs in this status (``FAILED``: the dead letters).
+        task_id: only runs of this task (exact).
+        scheduled_from / scheduled_to: ``scheduledFor`` >= / < these (aware UTC).
+        error: only runs whose error contains this text (case-insensitive; at most
+            :data:`MAX_ERROR_FILTER` characters).
+
+    Extension point: a label selector (``labels``) joins these once jobs carry labels; until
+    then a bulk filter has none.
+    """
+
+    status: ExecutionStatus = ExecutionStatus.FAILED
+    task_id: str | None = None
+    scheduled_from: datetime | None = None
+    scheduled_to: datetime | None = None
+    error: str | None = None
+
+
+class BulkKind(enum.StrEnum):
+    """What a bulk action does to each run its filter selects."""
+
+    REPLAY = "replay"
+    CANCEL = "cancel"
+
+
+class BulkStatus(enum.StrEnum):
+    """QUEUED (no gateway took it yet) → RUNNING → SUCCEEDED (every selected run handled) |
+    FAILED (it could not go on: its ``error`` says why)."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+OPEN_BULK_STATUSES = (BulkStatus.QUEUED, BulkStatus.RUNNING)
+REPLAYABLE = frozenset(
+    {ExecutionStatus.FAILED, ExecutionStatus.CANCELLED, ExecutionStatus.SUCCEEDED}
+)
+"""Statuses a run may be replayed from (a finished run that ran or was given up)."""
+CANCELLABLE = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatus.RETRYING)
+assert frozenset(CANCELLABLE) == ACTIVE_EXECUTION_STATUSES
+
+
+class BulkCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Body of ``POST /bulk/replay`` and ``POST /bulk/cancel``: which runs (every field
+    optional).
+
+    ``status``: replay: one of FAILED (default), CANCELLED, SUCCEEDED; cancel: one of QUEUED,
+    RUNNING, RETRYING (default: all three). ``from`` / ``to``: the runs' ``scheduledFor``
+    range (RFC 3339 with an offset; ``to`` exclusive). ``error``: a case-insensitive substring
+    of the run's error. ``owner`` / ``allUsers``: an admin's choice of another user's runs or
+    everyone's (a user: their own runs only).
+    """
+
+    status: ExecutionStatus | None = None
+    task_id: TaskId | None = None
+    scheduled_from: Instant | None = msgspec.field(default=None, name="from")
+    scheduled_to: Instant | None = msgspec.field(default=None, name="to")
+    error: ErrorFilter | None = None
+    owner: str | None = None
+    all_users: bool = False
+
+
+class BulkFilter(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """The runs a bulk action handles, as it was asked (``owner`` None: every user's)."""
+
+    statuses: list[ExecutionStatus]
+    task_id: str | None = None
+    scheduled_from: Instant | None = msgspec.field(default=None, name="from")
+    scheduled_to: Instant | None = msgspec.field(default=None, name="to")
+    error: str | None = None
+    owner: str | None = None
+
+
+class BulkAction(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One bulk replay or cancel. Stored in ``bulk_actions``; returned by ``GET /bulk/{id}``.
+
+    Attributes:
+        id: its id (32 hex digits).
+        kind: ``replay`` or ``cancel``.
+        status: see :class:`BulkStatus`.
+        filter: the runs it handles (their ``scheduledFor`` before ``created_at`` only: runs
+            created after the action, its own replays included, are not its business).
+        actor / actor_role: who asked.
+        done: runs replayed or cancelled; skipped: runs selected but left alone (a run whose
+            job was cancelled or deleted, one that finished before it could be cancelled);
+            failed: runs it tried and could not handle (the store or NATS refused).
+        created_at / updated_at / finished_at: aware UTC.
+        error: why a FAILED action stopped.
+        phase / cursor: its progress: the index in ``filter.statuses`` and the keyset cursor
+            within that status's listing (None: from the newest).
+        lease_owner / lease_expires_at: the gateway processing it and until when; another
+            takes it over once the lease expired.
+    """
+
+    id: str
+    kind: BulkKind
+    status: BulkStatus = BulkStatus.QUEUED
+    filter: BulkFilter
+    actor: str
+    actor_role: Role = Role.USER
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    created_at: Instant
+    updated_at: Instant
+    finished_at: Instant | None = None
+    error: str | None = None
+    phase: int = 0
+    cursor: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """What one batch did (added to the action's counts)."""
+
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+def replay_nonce(bulk_id: str, execution_id: str) -> str:
+    """The 8 hex digits that make a bulk replay's execution id
+    (:func:`core.ids.manual_execution_id` at the action's creation time): BLAKE2b of the
+    action and the original run, so a batch repeated after a crash yields the same ids."""
+    digest = hashlib.blake2b(f"{bulk_id}|{execution_id}".encode(), digest_size=4)
+    return digest.hexdigest()
+
+
+def phase_query(action: BulkAction) -> RunQuery | None:
+    """The listing of the action's current phase, or None when every phase is done. Runs
+    scheduled at or after the action's creation are left out."""
+    f = action.filter
+    if action.phase >= len(f.statuses):
+        return None
+    to = action.created_at if f.scheduled_to is None else min(f.scheduled_to, action.created_at)
+    return RunQuery(
+        status=f.statuses[action.phase],
+        task_id=f.task_id,
+        scheduled_from=f.scheduled_from,
+        scheduled_to=to,
+        error=f.error,
+    )
+
+
+def after_batch(
+    action: BulkAction,
+    next_cursor: str | None,
+    counts: BatchCounts,
+    now: datetime,
+    *,
+    lease_seconds: float,
+) -> BulkAction:
+    """The action after one batch of its current phase: its counts added, its cursor moved
+    (the next phase when the listing ended; SUCCEEDED, lease released, after the last), its
+    lease extended by ``lease_seconds`` seconds."""
+    phase, cursor = action.phase, next_cursor
+    if next_cursor is None:
+        phase, cursor = phase + 1, None
+    finished = phase >= len(action.filter.statuses)
+    return msgspec.structs.replace(
+        action,
+        done=action.done + counts.done,
+        skipped=action.skipped + counts.skipped,
+        failed=action.failed + counts.failed,
+        phase=phase,
+        cursor=cursor,
+        status=BulkStatus.SUCCEEDED if finished else BulkStatus.RUNNING,
+        updated_at=now,
+        finished_at=now if finished else None,
+        lease_owner=None if finished else action.lease_owner,
+        lease_expires_at=now if finished else now + timedelta(seconds=lease_seconds),
+    )
+
+
+class BulkNotFound(NotFound):
+    """No such bulk action, or it is another user's (404)."""
+
+    code = "bulk_not_found"
+
+
+class RunNotReplayable(Conflict):
+    """The run is still in progress, or was skipped (409): only a finished run that ran or
+    was given up (:data:`REPLAYABLE`) can be replayed."""
+
+    code = "run_not_replayable"
+
+
+class NotRecurring(Conflict):
+    """Only a cron or interval job has occurrences to backfill (409)."""
+
+    code = "job_not_recurring"
