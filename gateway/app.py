@@ -45,7 +45,7 @@ from core.model import (
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
-from gateway import dashboard
+from gateway import dashboard, stats
 from gateway.auth import principal_from_authorization
 from gateway.cors import enable_cors, is_preflight
 from gateway.http_metrics import http_metrics_middleware
@@ -149,6 +149,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     dashboard.add_routes(app)
+    stats.add_routes(app)
     enable_cors(app, deps.config)
     return app
 

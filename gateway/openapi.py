@@ -28,6 +28,7 @@ from core.model import (
     Page,
     Problem,
 )
+from core.stats import StatsOverview
 from gateway import dashboard
 
 REF = "#/components/schemas/{name}"
@@ -104,6 +105,7 @@ OPERATION_IDS = {
     ("get", "/tasks"): "listTasks",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
+    ("get", "/stats/overview"): "getStatsOverview",
 }
 """Every operation's id: ``verbNoun``, as generators turn them into method names."""
 
@@ -115,6 +117,7 @@ TAGS = (
     ("/audit", "audit"),
     ("/schedules", "schedules"),
     ("/tasks", "tasks"),
+    ("/stats", "stats"),
     ("/", "health"),
 )
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
@@ -317,6 +320,16 @@ ROUTES: list[Route] = [
         problems=(401, 422),
     ),
     Route("get", "/tasks", "The task catalog", 200, TaskList),
+    Route(
+        "get",
+        "/stats/overview",
+        "The last hour of your runs: per minute by final status, failure rate, "
+        "schedule-to-start delay p50/p95/p99, unfinished runs per queue",
+        200,
+        StatsOverview,
+        params=[OWNER, ALL_USERS],
+        problems=(401, 403, 422, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -343,7 +356,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
-             FireTimes, TaskList, Page[AuditRecord]]  # fmt: skip
+             FireTimes, TaskList, Page[AuditRecord], StatsOverview]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

@@ -35,6 +35,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Bucket, TokenRequest, take_all
+from core.stats import RunStats
 from core.values import storable_event
 from store.dispatching import advanced
 from store.mongo.documents import (
@@ -84,6 +85,7 @@ from store.mongo.schema import (
     create_indexes,
     database_name,
 )
+from store.mongo.stats import run_stats
 from store.mongo_errors import duplicate_index, duplicate_indexes, translated
 from store.pages import Keyset
 from store.rows import RowReader
@@ -747,6 +749,10 @@ class MongoStore:
             return 0
         with translated("count jobs"):
             return await self._jobs.count_documents({"owner": owner, "status": {"$in": values}})
+
+    async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
+        """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.mongo.stats`)."""
+        return await run_stats(self._executions, owner, since, until)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Per round: read the buckets, decide

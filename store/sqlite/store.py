@@ -35,6 +35,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Bucket, TokenRequest, take_all
+from core.stats import RunStats
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
 from store.dispatching import JobState, advanced
@@ -75,6 +76,7 @@ from store.sqlite.schema import (
     TENANCY_SCHEMA,
     UPSERT_EVENT,
 )
+from store.sqlite.stats import STATS_SCHEMA, run_stats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -123,6 +125,7 @@ class SqliteStore:
                 )
                 await self._migrate(writer)
                 await writer.executescript(TENANCY_SCHEMA)
+                await writer.executescript(STATS_SCHEMA)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):
@@ -697,6 +700,10 @@ class SqliteStore:
             f"SELECT COUNT(*) FROM jobs WHERE owner = ? AND status IN ({marks})", [owner, *values]
         )
         return int(rows[0][0])
+
+    async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
+        """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.sqlite.stats`)."""
+        return await run_stats(self._fetch, owner, since, until)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Concurrent calls share one transaction,

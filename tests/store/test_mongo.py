@@ -816,6 +816,8 @@ async def run_every_query(store: MongoStore) -> None:
     await store.dead_letter([dead_letter("s:1:1"), dead_letter("s:1:1"), dead_letter("s:2:1")])
     await store.dead_letters(limit=5)
     await _tenancy_queries(store, pause)
+    for who in ("alice", None):  # the dashboard's Overview (store/mongo/stats.py)
+        await store.run_stats(who, T0, at(60))
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
         runs_by_status_per_hour(T0, at(60), owner="alice"),

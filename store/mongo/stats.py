@@ -1,0 +1,106 @@
+"""The MongoDB store's statistics query (:class:`core.stats.StatsStore`): three aggregation
+pipelines over ``executions``, each served by an index of
+:data:`store.mongo.schema.STATS_INDEXES`.
+
+Only operators MongoDB 4.0+ and mongomock both implement (as in ``store/mongo_queries.py``):
+minutes are truncated by date arithmetic, percentiles are nearest rank over an array built by
+``$push`` after a ``$sort``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+
+from core.stats import BUCKET_SECONDS, DelaySummary, RunStats
+from core.timeutil import to_epoch_ms
+from store.mongo.schema import FINISHED, UNFINISHED, Document
+from store.mongo_errors import translated
+from store.mongo_queries import Pipeline, nearest_rank, truncate
+
+
+def _who(owner: str | None) -> dict[str, Any]:
+    return {} if owner is None else {"owner": owner}
+
+
+def finished_per_minute(owner: str | None, since: datetime, until: datetime) -> Pipeline:
+    """Rows ``{"_id": {"minute": <date>, "status": "FAILED"}, "runs": 3}``."""
+    match = {
+        **_who(owner),
+        "stateRank": dict(FINISHED["stateRank"]),
+        "finishedAt": {"$gte": since, "$lt": until},
+    }
+    minute = truncate("$finishedAt", BUCKET_SECONDS * 1000)
+    return [
+        {"$match": match},
+        {"$group": {"_id": {"minute": minute, "status": "$status"}, "runs": {"$sum": 1}}},
+    ]
+
+
+def start_delay(owner: str | None, since: datetime, until: datetime) -> Pipeline:
+    """One row ``{"runs": n, "p50": ms, "p95": ms, "p99": ms, "max": ms}`` (none: no runs)."""
+    match = {**_who(owner), "startedAt": {"$type": "date", "$gte": since, "$lt": until}}
+    return [
+        {"$match": match},
+        {"$project": {"d": {"$subtract": ["$startedAt", "$scheduledFor"]}}},
+        {"$sort": {"d": 1}},
+        {"$group": {"_id": None, "delays": {"$push": "$d"}}},
+        {
+            "$project": {
+                "_id": 0,
+                "runs": {"$size": "$delays"},
+                "p50": nearest_rank("$delays", 0.50),
+                "p95": nearest_rank("$delays", 0.95),
+                "p99": nearest_rank("$delays", 0.99),
+                "max": {"$arrayElemAt": ["$delays", -1]},
+            }
+        },
+    ]
+
+
+def open_per_queue(owner: str | None) -> Pipeline:
+    """Rows ``{"_id": {"queue": "default", "status": "QUEUED"}, "runs": 2}``."""
+    match = {**_who(owner), "stateRank": dict(UNFINISHED["stateRank"])}
+    return [
+        {"$match": match},
+        {"$group": {"_id": {"queue": "$queue", "status": "$status"}, "runs": {"$sum": 1}}},
+    ]
+
+
+async def _rows(executions: AsyncCollection[Document], pipeline: Pipeline) -> list[Document]:
+    cursor = await executions.aggregate(pipeline)
+    return list(await cursor.to_list(None))
+
+
+async def run_stats(
+    executions: AsyncCollection[Document], owner: str | None, since: datetime, until: datetime
+) -> RunStats:
+    """See :meth:`core.stats.StatsStore.run_stats`."""
+    with translated("run stats"):
+        finished = await _rows(executions, finished_per_minute(owner, since, until))
+        delays = await _rows(executions, start_delay(owner, since, until))
+        open_runs = await _rows(executions, open_per_queue(owner))
+    d = delays[0] if delays else None
+    delay = (
+        DelaySummary(
+            runs=int(d["runs"]),
+            p50_ms=int(d["p50"]),
+            p95_ms=int(d["p95"]),
+            p99_ms=int(d["p99"]),
+            max_ms=int(d["max"]),
+        )
+        if d and d["runs"]
+        else DelaySummary()
+    )
+    return RunStats(
+        finished=[
+            (to_epoch_ms(r["_id"]["minute"]), str(r["_id"]["status"]), int(r["runs"]))
+            for r in finished
+        ],
+        delay=delay,
+        open_runs=[
+            (str(r["_id"]["queue"]), str(r["_id"]["status"]), int(r["runs"])) for r in open_runs
+        ],
+    )
