@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from core.model import ExecutionStatus, Instant, Model
+from core.heatmap import ScheduledJob
+from core.model import ExecutionStatus, Instant, Model, Schedule
 from core.timeutil import from_epoch_ms, to_epoch_ms
 
 WINDOW_SECONDS = 3600
@@ -68,6 +69,20 @@ class StatsStore(Protocol):
         """Counts over ``[since, until)`` of ``owner``'s runs (None: every user's); see
         :class:`RunStats`. Served by indexes (``executions_stats_*``), never a table scan."""
         ...
+
+    async def scheduled_jobs(
+        self, owner: str | None, until: datetime, *, limit: int
+    ) -> list[ScheduledJob]:
+        """``owner``'s jobs (None: everyone's) with a next run at or before ``until``, earliest
+        first, at most ``limit`` (index ``jobs_stats_*next``)."""
+        ...
+
+
+class ScheduleOf(Model, kw_only=True, frozen=True):
+    """The part of a stored job spec the Upcoming page reads (other fields are ignored)."""
+
+    task_id: str
+    schedule: Schedule
 
 
 def nearest_rank(ascending: Sequence[int], fraction: float) -> int | None:

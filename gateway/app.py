@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from actors.health import Check, health_response, healthz, readiness
 from actors.metrics import Metrics, metrics_handler
+from core import heatmap
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
@@ -351,13 +352,15 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 async def upcoming(request: web.Request) -> web.Response:
-    """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC)."""
+    """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC), and ``marks``:
+    those a DST transition shifts, doubles or drops, with the rule that applied
+    (:func:`core.heatmap.marks_of`)."""
     _only(request.query, {"count"})
     count = _int_param(request.query, "count", default=10, low=1, high=MAX_PREVIEW)
-    times = await request.app[SERVICE].upcoming(
-        request[PRINCIPAL], request.match_info["job_id"], count
-    )
-    return json_response({"fireTimes": times})
+    service, who, job_id = request.app[SERVICE], request[PRINCIPAL], request.match_info["job_id"]
+    times = await service.upcoming(who, job_id, count)
+    marks = heatmap.marks_of((await service.get(who, job_id)).schedule, times) if times else []
+    return json_response({"fireTimes": times, "marks": marks})
 
 
 PREVIEW_PARAMS = frozenset({"expression", "timezone", "after", "count", "gap", "fold"})

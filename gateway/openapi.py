@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.heatmap import DstMark, UpcomingHeatmap
 from core.model import (
     Execution,
     ExecutionStatus,
@@ -38,6 +39,13 @@ class FireTimes(msgspec.Struct, rename="camel"):
     """Fire times, aware UTC."""
 
     fire_times: list[Instant]
+
+
+class JobFireTimes(msgspec.Struct, rename="camel"):
+    """A job's next fire times (aware UTC) and the DST marks among them."""
+
+    fire_times: list[Instant]
+    marks: list[DstMark]
 
 
 class TaskInfo(msgspec.Struct, rename="camel"):
@@ -106,6 +114,7 @@ OPERATION_IDS = {
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/stats/overview"): "getStatsOverview",
+    ("get", "/stats/upcoming"): "getStatsUpcoming",
 }
 """Every operation's id: ``verbNoun``, as generators turn them into method names."""
 
@@ -289,9 +298,9 @@ ROUTES: list[Route] = [
     Route(
         "get",
         "/jobs/{job_id}/upcoming",
-        "A job's next scheduled times",
+        "A job's next scheduled times, with marks where DST shifts, doubles or drops one",
         200,
-        FireTimes,
+        JobFireTimes,
         params=[ID, COUNT],
         problems=(401, 403, 404, 422, 503),
     ),
@@ -330,6 +339,19 @@ ROUTES: list[Route] = [
         params=[OWNER, ALL_USERS],
         problems=(401, 403, 422, 503),
     ),
+    Route(
+        "get",
+        "/stats/upcoming",
+        "A 7-day heatmap by hour of your jobs' fire times, with DST marks",
+        200,
+        UpcomingHeatmap,
+        params=[
+            Param("timezone", {"type": "string", "default": "UTC"}, "The heatmap's IANA zone."),
+            OWNER,
+            ALL_USERS,
+        ],
+        problems=(401, 403, 422, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -356,7 +378,8 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     """The OpenAPI 3.1 document (a JSON-able dict); ``task_ids`` (the catalog) constrains
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
-             FireTimes, TaskList, Page[AuditRecord], StatsOverview]  # fmt: skip
+             FireTimes, TaskList, Page[AuditRecord], StatsOverview,
+             UpcomingHeatmap, JobFireTimes]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

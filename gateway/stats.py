@@ -11,7 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from core.errors import Unavailable
+from core import heatmap
+from core.cron import resolve_timezone
+from core.errors import FieldError, InvalidRequest, Unavailable
 from core.stats import StatsStore, overview, window
 from gateway import app as gw  # a cycle: app registers these routes; names are read per call
 
@@ -36,6 +38,44 @@ async def stats_overview(request: web.Request) -> web.Response:
     return gw.json_response(overview(stats, since, until))
 
 
+UPCOMING_PARAMS = frozenset({"owner", "allUsers", "timezone"})
+MAX_UPCOMING_JOBS = 20_000
+"""At most this many jobs are read for one heatmap (earliest next run first); more: truncated."""
+
+
+async def stats_upcoming(request: web.Request) -> web.Response:
+    """``GET /stats/upcoming?timezone=Europe/Berlin``: :class:`core.heatmap.UpcomingHeatmap`
+    of the next 7 days, in the wall-clock hours of ``timezone`` (default UTC).
+
+    Raises:
+        Forbidden: no ``jobs:read``; another user's or everyone's asked by a non-admin.
+        InvalidRequest: on ``timezone`` (not an IANA zone), an unknown parameter, ``allUsers``.
+    """
+    q = request.query
+    gw._only(q, UPCOMING_PARAMS)
+    who = request[gw.PRINCIPAL]
+    who.require_read()
+    owner = who.owner_filter(q.get("owner") or None, all_users=gw._bool_param(q, "allUsers"))
+    name = q.get("timezone") or "UTC"
+    try:
+        display = resolve_timezone(name)
+    except InvalidRequest as e:
+        reason = e.errors[0].reason if e.errors else "is not an IANA time zone"
+        raise InvalidRequest(FieldError("timezone", reason)) from None
+    store = _stats_store(request)
+    start, end = heatmap.window(request.app[gw.DEPS].clock.now())
+    jobs = await store.scheduled_jobs(owner, end, limit=MAX_UPCOMING_JOBS)
+    data = heatmap.heatmap(
+        jobs,
+        start=start,
+        end=end,
+        display=display,
+        display_name=name,
+        truncated=len(jobs) >= MAX_UPCOMING_JOBS,
+    )
+    return gw.json_response(data)
+
+
 def _stats_store(request: web.Request) -> StatsStore:
     store: Any = request.app[gw.DEPS].store
     if not isinstance(store, StatsStore):
@@ -46,3 +86,4 @@ def _stats_store(request: web.Request) -> StatsStore:
 def add_routes(app: web.Application) -> None:
     """Register the statistics routes on ``app``."""
     app.router.add_get("/stats/overview", stats_overview)
+    app.router.add_get("/stats/upcoming", stats_upcoming)

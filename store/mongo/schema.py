@@ -288,4 +288,20 @@ STATS_INDEXES: tuple[IndexSpec, ...] = (
 )
 """The indexes of the dashboard's statistics (:mod:`store.mongo.stats`), created with the
 others (new names only)."""
+STATS_INDEXES += (
+    IndexSpec(
+        JOBS,
+        "jobs_stats_owner_next",
+        (("owner", ASCENDING), ("nextRunAt", ASCENDING)),
+        "scheduled_jobs of one user: jobs with a next run before a time (the Upcoming heatmap)",
+        partial=DUE,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_stats_next",
+        (("nextRunAt", ASCENDING),),
+        "scheduled_jobs of every user (admins)",
+        partial=DUE,
+    ),
+)
 INDEXES = (*INDEXES, *STATS_INDEXES)

@@ -12,11 +12,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from pymongo.asynchronous.collection import AsyncCollection
 
-from core.stats import BUCKET_SECONDS, DelaySummary, RunStats
+from core.heatmap import ScheduledJob
+from core.stats import BUCKET_SECONDS, DelaySummary, RunStats, ScheduleOf
 from core.timeutil import to_epoch_ms
-from store.mongo.schema import FINISHED, UNFINISHED, Document
+from store.mongo.schema import DUE, FINISHED, ID, UNFINISHED, Document
 from store.mongo_errors import translated
 from store.mongo_queries import Pipeline, nearest_rank, truncate
 
@@ -104,3 +106,19 @@ async def run_stats(
             (str(r["_id"]["queue"]), str(r["_id"]["status"]), int(r["runs"])) for r in open_runs
         ],
     )
+
+
+async def scheduled_jobs(
+    jobs: AsyncCollection[Document], owner: str | None, until: datetime, *, limit: int
+) -> list[ScheduledJob]:
+    """See :meth:`core.stats.StatsStore.scheduled_jobs` (``jobs_stats_owner_next``,
+    ``jobs_stats_next``): the id, task, schedule and next run fields only."""
+    query = {**_who(owner), "nextRunAt": {**DUE["nextRunAt"], "$lte": until}}
+    projection = {ID: 1, "taskId": 1, "schedule": 1, "nextRunAt": 1}
+    with translated("scheduled jobs"):
+        docs = await jobs.find(query, projection).sort([("nextRunAt", 1)]).limit(limit).to_list()
+    out = []
+    for doc in docs:
+        of = msgspec.convert({"taskId": doc["taskId"], "schedule": doc["schedule"]}, ScheduleOf)
+        out.append(ScheduledJob(str(doc[ID]), of.task_id, doc["nextRunAt"], of.schedule))
+    return out

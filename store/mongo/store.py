@@ -20,6 +20,7 @@ from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
+from core.heatmap import ScheduledJob
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -85,7 +86,7 @@ from store.mongo.schema import (
     create_indexes,
     database_name,
 )
-from store.mongo.stats import run_stats
+from store.mongo.stats import run_stats, scheduled_jobs
 from store.mongo_errors import duplicate_index, duplicate_indexes, translated
 from store.pages import Keyset
 from store.rows import RowReader
@@ -753,6 +754,12 @@ class MongoStore:
     async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
         """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.mongo.stats`)."""
         return await run_stats(self._executions, owner, since, until)
+
+    async def scheduled_jobs(
+        self, owner: str | None, until: datetime, *, limit: int
+    ) -> list[ScheduledJob]:
+        """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.mongo.stats`)."""
+        return await scheduled_jobs(self._jobs, owner, until, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Per round: read the buckets, decide

@@ -12,8 +12,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.stats import BUCKET_SECONDS, OPEN_STATUSES, RunStats, delay_summary
-from core.timeutil import to_epoch_ms
+import msgspec
+
+from core.heatmap import ScheduledJob
+from core.stats import BUCKET_SECONDS, OPEN_STATUSES, RunStats, ScheduleOf, delay_summary
+from core.timeutil import from_epoch_ms, to_epoch_ms
+
+_schedule_of = msgspec.json.Decoder(ScheduleOf)
 
 STATS_SCHEMA = """
 CREATE INDEX IF NOT EXISTS executions_stats_owner_finished
@@ -24,6 +29,9 @@ CREATE INDEX IF NOT EXISTS executions_stats_owner_started
     ON executions (owner, started_at, scheduled_for) WHERE started_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS executions_stats_started
     ON executions (started_at, scheduled_for) WHERE started_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_stats_owner_next
+    ON jobs (owner, next_run_at) WHERE next_run_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_stats_next ON jobs (next_run_at) WHERE next_run_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS executions_stats_open
     ON executions (owner, queue, status) WHERE state_rank < 1000000;
 """
@@ -65,3 +73,21 @@ async def run_stats(fetch: Fetch, owner: str | None, since: datetime, until: dat
         delay=delay_summary([int(d) for (d,) in delays]),
         open_runs=[(str(q), str(s), int(n)) for q, s, n in open_runs],
     )
+
+
+async def scheduled_jobs(
+    fetch: Fetch, owner: str | None, until: datetime, *, limit: int
+) -> list[ScheduledJob]:
+    """See :meth:`core.stats.StatsStore.scheduled_jobs` (``jobs_stats_owner_next``,
+    ``jobs_stats_next``): the id, next run and spec columns only."""
+    who, params = _owned(owner)
+    rows = await fetch(
+        f"SELECT id, next_run_at, spec FROM jobs WHERE {who}next_run_at IS NOT NULL "
+        "AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
+        [*params, to_epoch_ms(until), limit],
+    )
+    out = []
+    for job_id, next_run_at, spec in rows:
+        of = _schedule_of.decode(spec)
+        out.append(ScheduledJob(job_id, of.task_id, from_epoch_ms(next_run_at), of.schedule))
+    return out

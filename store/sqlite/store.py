@@ -19,6 +19,7 @@ import aiosqlite
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
+from core.heatmap import ScheduledJob
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -76,7 +77,7 @@ from store.sqlite.schema import (
     TENANCY_SCHEMA,
     UPSERT_EVENT,
 )
-from store.sqlite.stats import STATS_SCHEMA, run_stats
+from store.sqlite.stats import STATS_SCHEMA, run_stats, scheduled_jobs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -704,6 +705,12 @@ class SqliteStore:
     async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
         """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.sqlite.stats`)."""
         return await run_stats(self._fetch, owner, since, until)
+
+    async def scheduled_jobs(
+        self, owner: str | None, until: datetime, *, limit: int
+    ) -> list[ScheduledJob]:
+        """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.sqlite.stats`)."""
+        return await scheduled_jobs(self._fetch, owner, until, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Concurrent calls share one transaction,

@@ -172,3 +172,74 @@ async def test_bad_parameters_are_problems_naming_the_field(
 async def test_no_token_no_stats(gateway: Gateway) -> None:
     async with gateway.session.get(gateway.url + "/stats/overview") as resp:
         assert resp.status == 401
+
+
+BEFORE_SPRING = datetime(2026, 3, 27, 12, 15, tzinfo=UTC)
+NIGHTLY_BERLIN = {
+    "taskId": "noop",
+    "schedule": {"type": "cron", "expression": "30 2 * * *", "timezone": "Europe/Berlin"},
+}
+
+
+async def create(gateway: Gateway, body: dict[str, Any], user: str = "alice") -> str:
+    token = mint_token(TEST_SECRET, user)
+    async with gateway.session.post(
+        gateway.url + "/jobs", json=body, headers={"Authorization": f"Bearer {token}"}
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+        return str((await resp.json())["id"])
+
+
+async def test_upcoming_is_a_week_of_the_callers_fire_times_by_local_hour(
+    gateway: Gateway,
+) -> None:
+    await gateway.clock.set(BEFORE_SPRING)
+    job_id = await create(gateway, NIGHTLY_BERLIN)
+    for _ in range(3):  # bob's: never in alice's heatmap
+        await create(
+            gateway, {"taskId": "noop", "schedule": {"type": "interval", "everySeconds": 60}}, "bob"
+        )
+
+    status, body = await gateway.get("/stats/upcoming?timezone=Europe/Berlin")
+    assert status == 200, body
+    assert (body["windowStart"], body["windowEnd"]) == (
+        "2026-03-27T12:00:00Z",
+        "2026-04-03T12:00:00Z",
+    )
+    assert (body["jobs"], body["fires"], body["truncated"]) == (1, 7, False)
+    hours = {d["date"]: d["hours"] for d in body["days"]}
+    assert hours["2026-03-28"][2] == 1 and hours["2026-03-29"][3] == 1
+    assert body["marks"] == [
+        {"at": "2026-03-29T01:00:00Z", "kind": "shifted", "rule": "gap: shift",
+         "timezone": "Europe/Berlin", "jobIds": [job_id], "jobs": 1}
+    ]  # fmt: skip
+    assert [t["at"] for t in body["transitions"]] == ["2026-03-29T01:00:00Z"]
+
+    _, bobs = await gateway.get("/stats/upcoming", user="bob")
+    assert bobs["jobs"] == 3 and bobs["marks"] == [] and bobs["timezone"] == "UTC"
+    status, body = await gateway.get("/stats/upcoming?allUsers=true", user="bob")
+    assert (status, body["code"]) == (403, "forbidden")
+    _, everyone = await gateway.get("/stats/upcoming?allUsers=true", user="root", role=Role.ADMIN)
+    assert everyone["jobs"] == 4
+
+
+async def test_upcoming_names_a_bad_time_zone(gateway: Gateway) -> None:
+    status, body = await gateway.get("/stats/upcoming?timezone=Mars/Olympus")
+    assert status == 422, body
+    assert [e["field"] for e in body["errors"]] == ["timezone"]
+
+
+async def test_a_jobs_next_fire_times_carry_their_dst_marks(gateway: Gateway) -> None:
+    await gateway.clock.set(BEFORE_SPRING)
+    job_id = await create(gateway, NIGHTLY_BERLIN)
+    status, body = await gateway.get(f"/jobs/{job_id}/upcoming?count=3")
+    assert status == 200, body
+    assert body["fireTimes"] == [
+        "2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"
+    ]  # fmt: skip
+    assert body["marks"] == [
+        {"at": "2026-03-29T01:00:00Z", "kind": "shifted", "rule": "gap: shift",
+         "timezone": "Europe/Berlin", "jobIds": [], "jobs": 1}
+    ]  # fmt: skip
+    _, other = await gateway.get(f"/jobs/{job_id}/upcoming", user="bob")
+    assert other["code"] == "job_not_found"

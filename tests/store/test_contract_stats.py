@@ -113,3 +113,18 @@ async def test_open_runs_count_per_queue_and_status_of_the_owner(store: JobStore
     ]
     everyone = await stats_of(store).run_stats(None, at(0), at(60))
     assert ("bulk", "QUEUED", 1) in everyone.open_runs
+
+
+async def test_scheduled_jobs_are_those_due_by_a_time_of_the_owner(store: JobStore) -> None:
+    for n, (owner, next_run) in enumerate(
+        [("alice", at(5)), ("alice", at(90)), ("alice", None), ("bob", at(1)), ("alice", at(2))]
+    ):
+        await store.create_job(make_job(f"j{n}", owner=owner, next_run_at=next_run))
+    found = await stats_of(store).scheduled_jobs("alice", at(60), limit=10)
+    assert [(j.job_id, j.next_run_at, j.task_id) for j in found] == [
+        ("j4", at(2), "noop"),
+        ("j0", at(5), "noop"),
+    ]
+    assert found[0].schedule == make_job().schedule
+    everyone = await stats_of(store).scheduled_jobs(None, at(60), limit=2)
+    assert [j.job_id for j in everyone] == ["j3", "j4"]

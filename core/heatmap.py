@@ -1,0 +1,329 @@
+"""The Upcoming page's data: a 7-day heatmap by hour of the fire times of a user's jobs, with a
+mark on every fire time that a daylight-saving transition moves, doubles or drops.
+
+Fire times come from the core schedule functions (:func:`core.schedule.next_run_after` from each
+job's stored ``next_run_at``), so the heatmap shows what the scheduler will do, jitter aside.
+Jobs that share a schedule and a next run share one computation. DST rules are those of
+:class:`core.model.CronSchedule` (cronie's, for fixed-time expressions):
+
+- ``gap`` (spring forward): an occurrence whose wall time does not exist fires at the first
+  instant after the gap (``shift``) or not at all (``skip``);
+- ``fold`` (fall back): an occurrence whose wall time exists twice fires on the first pass only
+  (``once``) or on both (``both``).
+
+The hours of the heatmap are the wall-clock hours of a display zone, so a spring-forward day
+has 23 hours (the missing one is empty) and a fall-back day 25 (the repeated one counts both).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+import msgspec
+
+from core import cron
+from core import schedule as schedules
+from core.model import CronSchedule, Instant, IntervalSchedule, Model, Schedule
+
+HORIZON_DAYS = 7
+MAX_FIRES_PER_SCHEDULE = 20_160
+"""At most this many fire times of one schedule are counted (every 30 s for a week); past it
+the schedule's counts stop and the answer says ``truncated``."""
+MAX_MARKS = 200
+"""At most this many DST marks in one answer (the first ones in time)."""
+QUARTER_SECONDS = 900
+"""Fire times are counted per UTC quarter hour, then placed in the display zone's hours (every
+zone's offset is a multiple of 15 minutes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledJob:
+    """A job the store says will run: its id, task, stored next run (aware UTC), schedule."""
+
+    job_id: str
+    task_id: str
+    next_run_at: datetime
+    schedule: Schedule
+
+
+Kind = Literal["shifted", "skipped", "fold-first", "fold-second"]
+
+
+class DstMark(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """A fire time that a DST transition changes.
+
+    Attributes:
+        at: the fire time (aware UTC); for ``kind`` ``skipped``, the transition instant.
+        kind: ``shifted`` (its wall time falls in a gap; it fires at the gap's end), ``skipped``
+            (it falls in a gap and does not fire), ``fold-first`` / ``fold-second`` (its wall
+            time repeats; this is the first / second pass).
+        rule: the schedule's rule that applied: ``gap: shift``, ``gap: skip``, ``fold: once``,
+            ``fold: both``.
+        timezone: the schedule's zone.
+        job_ids: the jobs it concerns (the first 5); ``jobs``: how many.
+    """
+
+    at: Instant
+    kind: Kind
+    rule: str
+    timezone: str
+    job_ids: list[str] = msgspec.field(default_factory=list)
+    jobs: int = 1
+
+
+class HeatDay(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """One local date of the display zone: fire times per wall-clock hour 0..23."""
+
+    date: str
+    hours: list[int]
+
+
+class Transition(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """A UTC-offset change of the display zone (seconds east of UTC, before and after)."""
+
+    at: Instant
+    offset_before_seconds: int
+    offset_after_seconds: int
+
+
+class UpcomingHeatmap(Model, kw_only=True, omit_defaults=False, frozen=True):
+    """The answer of ``GET /stats/upcoming``.
+
+    Attributes:
+        timezone: the display zone of ``days`` (the request's, default UTC).
+        window_start, window_end: ``[start, end)``, aware UTC (the next 7 days from the hour).
+        days: each local date the window touches, oldest first; an hour outside the window
+            or in a gap of the display zone counts 0.
+        fires: every fire time in the window; ``jobs``: how many jobs were considered.
+        busiest: the busiest hour (its start, aware UTC) and its fire count; None without fires.
+        marks: fire times that a DST transition changes (at most :data:`MAX_MARKS`).
+        transitions: the display zone's offset changes in the window.
+        truncated: some schedule fired more than :data:`MAX_FIRES_PER_SCHEDULE` times, or the
+            store returned its limit of jobs; the counts are then lower bounds.
+    """
+
+    timezone: str
+    window_start: Instant
+    window_end: Instant
+    days: list[HeatDay]
+    fires: int
+    jobs: int
+    busiest_at: Instant | None
+    busiest_fires: int
+    marks: list[DstMark]
+    transitions: list[Transition]
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class _Fires:
+    """The fire times of one (schedule, first run) over the window: counts per UTC quarter
+    (index from the window's start) and its DST marks (without job ids)."""
+
+    quarters: Counter[int]
+    marks: list[tuple[datetime, Kind, str, str]]
+    truncated: bool
+
+
+def window(now: datetime) -> tuple[datetime, datetime]:
+    """The next :data:`HORIZON_DAYS` days from the start of ``now``'s UTC hour."""
+    start = now.replace(minute=0, second=0, microsecond=0)
+    return start, start + timedelta(days=HORIZON_DAYS)
+
+
+def heatmap(
+    jobs: Iterable[ScheduledJob],
+    *,
+    start: datetime,
+    end: datetime,
+    display: ZoneInfo,
+    display_name: str,
+    truncated: bool = False,
+) -> UpcomingHeatmap:
+    """The heatmap of ``jobs``' fire times in ``[start, end)``, in ``display``'s wall-clock hours.
+
+    ``start`` must be a whole UTC hour. Pure: the same jobs give the same answer.
+    """
+    groups: dict[tuple[Schedule, datetime], list[str]] = {}
+    n_jobs = 0
+    for job in jobs:
+        n_jobs += 1
+        groups.setdefault((job.schedule, job.next_run_at), []).append(job.job_id)
+    quarters: Counter[int] = Counter()
+    marks: list[DstMark] = []
+    for (schedule, first), job_ids in groups.items():
+        fires = _fires(schedule, first, start, end)
+        truncated = truncated or fires.truncated
+        for q, n in fires.quarters.items():
+            quarters[q] += n * len(job_ids)
+        for at, kind, rule, zone in fires.marks:
+            marks.append(
+                DstMark(
+                    at=at,
+                    kind=kind,
+                    rule=rule,
+                    timezone=zone,
+                    job_ids=job_ids[:5],
+                    jobs=len(job_ids),
+                )
+            )
+    marks.sort(key=lambda m: (m.at, m.job_ids))
+    days, busiest = _days(quarters, start, end, display)
+    return UpcomingHeatmap(
+        timezone=display_name,
+        window_start=start,
+        window_end=end,
+        days=days,
+        fires=sum(quarters.values()),
+        jobs=n_jobs,
+        busiest_at=busiest[0],
+        busiest_fires=busiest[1],
+        marks=marks[:MAX_MARKS],
+        transitions=transitions(display, start, end),
+        truncated=truncated,
+    )
+
+
+def _fires(schedule: Schedule, first: datetime, start: datetime, end: datetime) -> _Fires:
+    quarters: Counter[int] = Counter()
+    marks: list[tuple[datetime, Kind, str, str]] = []
+    origin = start.timestamp()
+    t: datetime | None = first
+    n = 0
+    if isinstance(schedule, IntervalSchedule) and t is not None and t < start:
+        t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
+    while t is not None and t < end:
+        if t >= start:
+            quarters[int((t.timestamp() - origin) // QUARTER_SECONDS)] += 1
+            if isinstance(schedule, CronSchedule):
+                mark = dst_mark(schedule, t)
+                if mark is not None:
+                    marks.append((t, *mark, schedule.timezone))
+        n += 1
+        if n >= MAX_FIRES_PER_SCHEDULE:
+            return _Fires(quarters, marks, truncated=True)
+        try:
+            t = schedules.next_run_after(schedule, t)
+        except (OverflowError, ValueError):
+            break
+    if isinstance(schedule, CronSchedule) and schedule.gap == "skip":
+        marks += [(at, "skipped", "gap: skip", schedule.timezone)
+                  for at in skipped_in_gaps(schedule, max(first, start), end)]  # fmt: skip
+    return _Fires(quarters, marks, truncated=False)
+
+
+def dst_mark(schedule: CronSchedule, t: datetime) -> tuple[Kind, str] | None:
+    """``(kind, rule)`` when a DST transition changes the fire time ``t`` of ``schedule``
+    (see :class:`DstMark`), else None."""
+    expr = cron.parse_cron(schedule.expression)
+    if not expr.is_fixed_time:
+        return None  # cronie: the DST rules apply to fixed-time expressions only
+    tz = cron.resolve_timezone(schedule.timezone)
+    wall = t.astimezone(tz)
+    other = wall.replace(fold=1 - wall.fold)
+    if other.utcoffset() != wall.utcoffset():
+        return ("fold-second" if wall.fold else "fold-first"), f"fold: {schedule.fold}"
+    before = (t - timedelta(seconds=1)).astimezone(tz).utcoffset()
+    if schedule.gap == "shift" and before is not None and before < (wall.utcoffset() or before):
+        # at a spring-forward instant: shifted unless the expression names this wall time
+        exact = expr.next_after(t - timedelta(seconds=1), tz, gap="skip", fold=schedule.fold)
+        if exact != t:
+            return "shifted", "gap: shift"
+    return None
+
+
+def skipped_in_gaps(schedule: CronSchedule, start: datetime, end: datetime) -> list[datetime]:
+    """The spring-forward instants in ``[start, end)`` at which ``schedule`` (``gap: skip``)
+    drops an occurrence: those at which ``gap: shift`` would have fired."""
+    expr = cron.parse_cron(schedule.expression)
+    if not expr.is_fixed_time:
+        return []
+    tz = cron.resolve_timezone(schedule.timezone)
+    out = []
+    for tr in transitions(tz, start, end):
+        if tr.offset_after_seconds <= tr.offset_before_seconds:
+            continue
+        just_before = tr.at - timedelta(seconds=1)
+        shifted = expr.next_after(just_before, tz, gap="shift", fold=schedule.fold)
+        exact = expr.next_after(just_before, tz, gap="skip", fold=schedule.fold)
+        if shifted == tr.at and exact != tr.at:
+            out.append(tr.at)
+    return out
+
+
+def transitions(tz: ZoneInfo, start: datetime, end: datetime) -> list[Transition]:
+    """The UTC-offset changes of ``tz`` in ``[start, end)``, to the second (hourly probes, then
+    a bisection: no zone changes its offset twice within an hour)."""
+    out = []
+    step = timedelta(hours=1)
+    t = start
+    before = _offset(tz, t)
+    while t < end:
+        nxt = min(t + step, end)
+        after = _offset(tz, nxt)
+        if after != before:
+            lo, hi = int(t.timestamp()), int(nxt.timestamp())  # offset(lo) = before
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if _offset(tz, datetime.fromtimestamp(mid, start.tzinfo)) == before:
+                    lo = mid
+                else:
+                    hi = mid
+            at = datetime.fromtimestamp(hi, start.tzinfo)
+            if at < end:
+                out.append(
+                    Transition(at=at, offset_before_seconds=before, offset_after_seconds=after)
+                )
+            before = after
+        t = nxt
+    return out
+
+
+def _offset(tz: ZoneInfo, t: datetime) -> int:
+    delta = t.astimezone(tz).utcoffset()
+    return int(delta.total_seconds()) if delta is not None else 0
+
+
+def _days(
+    quarters: Counter[int], start: datetime, end: datetime, tz: ZoneInfo
+) -> tuple[list[HeatDay], tuple[datetime | None, int]]:
+    """Quarter counts placed in the local (date, hour) cells of ``tz``; and the busiest UTC
+    hour of the window."""
+    cells: dict[str, list[int]] = {}
+    t = start
+    while t < end:  # every local date the window touches, in order
+        cells.setdefault(t.astimezone(tz).date().isoformat(), [0] * 24)
+        t += timedelta(minutes=15)
+    cells.setdefault((end - timedelta(seconds=1)).astimezone(tz).date().isoformat(), [0] * 24)
+    per_hour: Counter[int] = Counter()
+    for q, n in quarters.items():
+        local = (start + timedelta(seconds=q * QUARTER_SECONDS)).astimezone(tz)
+        cells[local.date().isoformat()][local.hour] += n
+        per_hour[q // 4] += n
+    busiest: tuple[datetime | None, int] = (None, 0)
+    if per_hour:
+        hour, fires = min(per_hour.items(), key=lambda kv: (-kv[1], kv[0]))
+        busiest = (start + timedelta(hours=hour), fires)
+    return [HeatDay(date=d, hours=h) for d, h in cells.items()], busiest
+
+
+def marks_of(schedule: Schedule, times: Sequence[datetime]) -> list[DstMark]:
+    """The DST marks of a job's listed fire times (the Job page's next 10)."""
+    if not isinstance(schedule, CronSchedule):
+        return []
+    out = []
+    for t in times:
+        mark = dst_mark(schedule, t)
+        if mark is not None:
+            out.append(DstMark(at=t, kind=mark[0], rule=mark[1], timezone=schedule.timezone))
+    if schedule.gap == "skip" and times:
+        out += [
+            DstMark(at=at, kind="skipped", rule="gap: skip", timezone=schedule.timezone)
+            for at in skipped_in_gaps(schedule, times[0], times[-1])
+        ]
+    return sorted(out, key=lambda m: m.at)
