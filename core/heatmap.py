@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -29,6 +30,7 @@ import msgspec
 from core import cron
 from core import schedule as schedules
 from core.model import CronSchedule, Instant, IntervalSchedule, Model, Schedule
+from core.timeutil import to_epoch_ms
 
 HORIZON_DAYS = 7
 MAX_FIRES_PER_SCHEDULE = 20_160
@@ -36,6 +38,8 @@ MAX_FIRES_PER_SCHEDULE = 20_160
 the schedule's counts stop and the answer says ``truncated``."""
 MAX_MARKS = 200
 """At most this many DST marks in one answer (the first ones in time)."""
+FIRES_CACHE_SIZE = 16_384
+"""Fire-time computations kept between requests (one per schedule and first run)."""
 QUARTER_SECONDS = 900
 """Fire times are counted per UTC quarter hour, then placed in the display zone's hours (every
 zone's offset is a multiple of 15 minutes)."""
@@ -120,7 +124,7 @@ class UpcomingHeatmap(Model, kw_only=True, omit_defaults=False, frozen=True):
     truncated: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Fires:
     """The fire times of one (schedule, first run) over the window: counts per UTC quarter
     (index from the window's start) and its DST marks (without job ids)."""
@@ -189,18 +193,62 @@ def heatmap(
     )
 
 
+@lru_cache(maxsize=FIRES_CACHE_SIZE)
 def _fires(schedule: Schedule, first: datetime, start: datetime, end: datetime) -> _Fires:
+    """The fire times of ``schedule`` from ``first`` on, within ``[start, end)`` (cached: the
+    same window, schedule and first run give the same answer until the window moves on the
+    hour)."""
+    match schedule:
+        case IntervalSchedule():
+            return _interval_fires(schedule, first, start, end)
+        case CronSchedule():
+            return _cron_fires(schedule, first, start, end)
+    quarters: Counter[int] = Counter()
+    if start <= first < end:
+        quarters[int((first - start).total_seconds() // QUARTER_SECONDS)] += 1
+    return _Fires(quarters, [], truncated=False)
+
+
+def _interval_fires(
+    schedule: IntervalSchedule, first: datetime, start: datetime, end: datetime
+) -> _Fires:
+    """In whole milliseconds, as :func:`core.schedule.next_run_after` steps (``t + every``)."""
+    t: datetime | None = first
+    if t is not None and t < start:
+        t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
+    quarters: Counter[int] = Counter()
+    if t is None:
+        return _Fires(quarters, [], truncated=False)
+    step_ms = round(schedule.every_seconds * 1000)
+    last_ms = to_epoch_ms(end) - 1
+    if schedule.end_at is not None:
+        last_ms = min(last_ms, to_epoch_ms(schedule.end_at))
+    origin_ms = to_epoch_ms(start)
+    first_ms = to_epoch_ms(t)
+    stop_ms = min(last_ms + 1, first_ms + step_ms * MAX_FIRES_PER_SCHEDULE)
+    quarter_ms = QUARTER_SECONDS * 1000
+    for fire_ms in range(first_ms, stop_ms, step_ms):
+        quarters[(fire_ms - origin_ms) // quarter_ms] += 1
+    return _Fires(quarters, [], truncated=stop_ms <= last_ms)
+
+
+def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: datetime) -> _Fires:
+    """From the cron expression's own iterator (:meth:`core.cron.CronExpression.next_after`,
+    which :func:`core.schedule.next_run_after` wraps), DST marks near the zone's transitions."""
     quarters: Counter[int] = Counter()
     marks: list[tuple[datetime, Kind, str, str]] = []
+    expr = cron.parse_cron(schedule.expression)
+    tz = cron.resolve_timezone(schedule.timezone)
+    changes = [tr.at for tr in _transitions(schedule.timezone, start, end)]
+    near = [(at - _NEAR, at + _NEAR) for at in changes] if expr.is_fixed_time else []
     origin = start.timestamp()
-    t: datetime | None = first
+    bound = end if schedule.end_at is None else min(end, schedule.end_at + timedelta(seconds=1))
+    t = first
     n = 0
-    if isinstance(schedule, IntervalSchedule) and t is not None and t < start:
-        t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
-    while t is not None and t < end:
+    while t < bound:
         if t >= start:
             quarters[int((t.timestamp() - origin) // QUARTER_SECONDS)] += 1
-            if isinstance(schedule, CronSchedule):
+            if any(lo <= t <= hi for lo, hi in near):
                 mark = dst_mark(schedule, t)
                 if mark is not None:
                     marks.append((t, *mark, schedule.timezone))
@@ -208,13 +256,23 @@ def _fires(schedule: Schedule, first: datetime, start: datetime, end: datetime) 
         if n >= MAX_FIRES_PER_SCHEDULE:
             return _Fires(quarters, marks, truncated=True)
         try:
-            t = schedules.next_run_after(schedule, t)
+            t = expr.next_after(t, tz, gap=schedule.gap, fold=schedule.fold)
         except (OverflowError, ValueError):
             break
-    if isinstance(schedule, CronSchedule) and schedule.gap == "skip":
+    if schedule.gap == "skip" and changes:
         marks += [(at, "skipped", "gap: skip", schedule.timezone)
                   for at in skipped_in_gaps(schedule, max(first, start), end)]  # fmt: skip
     return _Fires(quarters, marks, truncated=False)
+
+
+_NEAR = timedelta(hours=3)
+"""A fire time further than this from a transition is not moved by it (no zone's DST shift
+exceeds two hours)."""
+
+
+@lru_cache(maxsize=1024)
+def _transitions(zone: str, start: datetime, end: datetime) -> tuple[Transition, ...]:
+    return tuple(transitions(cron.resolve_timezone(zone), start, end))
 
 
 def dst_mark(schedule: CronSchedule, t: datetime) -> tuple[Kind, str] | None:
