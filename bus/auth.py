@@ -18,7 +18,7 @@ so a process holds only the passwords of the roles it runs:
   lease bucket.
 * ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``;
   ``$SRV`` discovery of the ``jobsched`` service only), publishes notices, events, manual runs
-  and cancel markers.
+  and cancel markers; reads (never writes) the lease bucket for the dashboard's Cluster page.
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
 * ``callout``: the gateway's auth callout service (:mod:`bus.callout`): receives the server's
@@ -194,6 +194,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"{JS}.CONSUMER.INFO.{work}.*",
             f"{JS}.STREAM.INFO.KV_{cancels}",
             f"$KV.{cancels}.>",
+            *_reads(f"KV_{leases}"),  # the Cluster page: list the leases, read each (no writes)
         ]
         service = ["$SRV.*", f"$SRV.*.{SERVICE_NAME}", f"$SRV.*.{SERVICE_NAME}.>"]
         subscribe = [inbox, f"{prefix}.api.>", *service]

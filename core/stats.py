@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from core.cluster import InFlightRun
 from core.heatmap import ScheduledJob
 from core.model import ExecutionStatus, Instant, Model, Schedule
 from core.timeutil import from_epoch_ms, to_epoch_ms
@@ -75,6 +76,11 @@ class StatsStore(Protocol):
     ) -> list[ScheduledJob]:
         """``owner``'s jobs (None: everyone's) with a next run at or before ``until``, earliest
         first, at most ``limit`` (index ``jobs_stats_*next``)."""
+        ...
+
+    async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
+        """Every user's RUNNING runs with the worker that runs each (``?`` when unknown),
+        at most ``limit``, by worker (the Cluster page; index of the unfinished runs)."""
         ...
 
 

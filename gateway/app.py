@@ -26,6 +26,7 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
 from core.clock import Clock
+from core.cluster import ClusterSource
 from core.errors import (
     ExecutionNotFound,
     FieldError,
@@ -75,7 +76,8 @@ class GatewayDeps:
     ``bus`` is the gateway's API connection (notices, manual triggers); ``markers`` the
     cancellation markers on it; ``live_status`` the status stream on its live-status connection
     (``GET /ws``: the status feed and replays), kept apart so that WebSocket traffic can never
-    delay or cost the API's (None: no live status).
+    delay or cost the API's (None: no live status). ``cluster`` reads the leases and work
+    consumers for ``GET /cluster`` (None: that page shows the store's side only).
     """
 
     store: JobStore
@@ -87,6 +89,7 @@ class GatewayDeps:
     registry: CollectorRegistry | None = None
     live_status: StatusStream | None = None
     metrics: Metrics | None = None
+    cluster: ClusterSource | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from core.audit import AuditRecord
+from core.cluster import ClusterView
 from core.heatmap import DstMark, UpcomingHeatmap
 from core.model import (
     Execution,
@@ -115,6 +116,7 @@ OPERATION_IDS = {
     ("get", "/readyz"): "getReadiness",
     ("get", "/stats/overview"): "getStatsOverview",
     ("get", "/stats/upcoming"): "getStatsUpcoming",
+    ("get", "/cluster"): "getCluster",
 }
 """Every operation's id: ``verbNoun``, as generators turn them into method names."""
 
@@ -127,6 +129,7 @@ TAGS = (
     ("/schedules", "schedules"),
     ("/tasks", "tasks"),
     ("/stats", "stats"),
+    ("/cluster", "cluster"),
     ("/", "health"),
 )
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
@@ -352,6 +355,15 @@ ROUTES: list[Route] = [
         ],
         problems=(401, 403, 422, 503),
     ),
+    Route(
+        "get",
+        "/cluster",
+        "Admins: schedulers and their partition leases, queues and their depth, workers and "
+        "their in-flight runs",
+        200,
+        ClusterView,
+        problems=(401, 403, 422, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -379,7 +391,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     ``taskId``."""
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
              FireTimes, TaskList, Page[AuditRecord], StatsOverview,
-             UpcomingHeatmap, JobFireTimes]  # fmt: skip
+             UpcomingHeatmap, JobFireTimes, ClusterView]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

@@ -1,8 +1,8 @@
-"""The dashboard's statistics endpoints: ``GET /stats/overview`` (and, in the same module, the
-upcoming-fire-times heatmap and the cluster view once registered by :func:`add_routes`).
+"""The dashboard's data endpoints: ``GET /stats/overview``, ``GET /stats/upcoming`` and (admins)
+``GET /cluster``, registered by :func:`add_routes`.
 
-Each answers one request with a page's whole data, scoped as every listing is: the caller's own
-runs; an admin's choice of ``owner``'s or (``allUsers=true``) everyone's.
+Each answers one request with a page's whole data. The statistics are scoped as every listing
+is: the caller's own runs; an admin's choice of ``owner``'s or (``allUsers=true``) everyone's.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 from aiohttp import web
 
 from core import heatmap
+from core.cluster import cluster_view
 from core.cron import resolve_timezone
-from core.errors import FieldError, InvalidRequest, Unavailable
+from core.errors import FieldError, Forbidden, InvalidRequest, Unavailable
 from core.stats import StatsStore, overview, window
 from gateway import app as gw  # a cycle: app registers these routes; names are read per call
 
@@ -76,6 +77,33 @@ async def stats_upcoming(request: web.Request) -> web.Response:
     return gw.json_response(data)
 
 
+MAX_RUNNING = 1000
+"""At most this many in-flight runs on the Cluster page (more: ``truncated``)."""
+
+
+async def cluster(request: web.Request) -> web.Response:
+    """``GET /cluster`` (admins): :class:`core.cluster.ClusterView` — schedulers and their
+    leases (with expiry), queues and their depth, workers and their in-flight runs.
+
+    Raises:
+        Forbidden: the caller is not an admin (or has no ``jobs:read``).
+        BusUnavailable: NATS did not answer (503).
+    """
+    gw._only(request.query, frozenset())
+    who = request[gw.PRINCIPAL]
+    who.require_read()
+    if not who.admin:
+        raise Forbidden("only an admin may see the cluster")
+    deps = request.app[gw.DEPS]
+    source = deps.cluster
+    bus_view = await source.bus_view() if source is not None else None
+    runs = await _stats_store(request).running_runs(limit=MAX_RUNNING + 1)
+    view = cluster_view(
+        deps.clock.now(), bus_view, runs[:MAX_RUNNING], truncated=len(runs) > MAX_RUNNING
+    )
+    return gw.json_response(view)
+
+
 def _stats_store(request: web.Request) -> StatsStore:
     store: Any = request.app[gw.DEPS].store
     if not isinstance(store, StatsStore):
@@ -87,3 +115,4 @@ def add_routes(app: web.Application) -> None:
     """Register the statistics routes on ``app``."""
     app.router.add_get("/stats/overview", stats_overview)
     app.router.add_get("/stats/upcoming", stats_upcoming)
+    app.router.add_get("/cluster", cluster)

@@ -9,12 +9,13 @@ minutes are truncated by date arithmetic, percentiles are nearest rank over an a
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 from pymongo.asynchronous.collection import AsyncCollection
 
+from core.cluster import InFlightRun
 from core.heatmap import ScheduledJob
 from core.stats import BUCKET_SECONDS, DelaySummary, RunStats, ScheduleOf
 from core.timeutil import to_epoch_ms
@@ -122,3 +123,29 @@ async def scheduled_jobs(
         of = msgspec.convert({"taskId": doc["taskId"], "schedule": doc["schedule"]}, ScheduleOf)
         out.append(ScheduledJob(str(doc[ID]), of.task_id, doc["nextRunAt"], of.schedule))
     return out
+
+
+async def running_runs(
+    executions: AsyncCollection[Document], *, limit: int
+) -> list[tuple[str, InFlightRun]]:
+    """See :meth:`core.stats.StatsStore.running_runs` (``executions_status_scheduled``)."""
+    projection = {ID: 1, "jobId": 1, "owner": 1, "taskId": 1, "queue": 1, "attempt": 1,
+                  "startedAt": 1, "workerId": 1}  # fmt: skip
+    with translated("running runs"):
+        docs = await executions.find({"status": "RUNNING"}, projection).limit(limit).to_list()
+    runs = [
+        (
+            str(d.get("workerId") or "?"),
+            InFlightRun(
+                execution_id=str(d[ID]),
+                job_id=d["jobId"],
+                owner=d["owner"],
+                task_id=d["taskId"],
+                queue=d.get("queue", "default"),
+                attempt=int(d.get("attempt", 0)),
+                started_at=d.get("startedAt"),
+            ),
+        )
+        for d in docs
+    ]
+    return sorted(runs, key=lambda r: (r[0], r[1].started_at or datetime.min.replace(tzinfo=UTC)))

@@ -19,6 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
+from core.cluster import InFlightRun
 from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
 from core.heatmap import ScheduledJob
 from core.history import NEVER_RAN, observes_attempt, record_attempts
@@ -86,7 +87,7 @@ from store.mongo.schema import (
     create_indexes,
     database_name,
 )
-from store.mongo.stats import run_stats, scheduled_jobs
+from store.mongo.stats import run_stats, running_runs, scheduled_jobs
 from store.mongo_errors import duplicate_index, duplicate_indexes, translated
 from store.pages import Keyset
 from store.rows import RowReader
@@ -760,6 +761,10 @@ class MongoStore:
     ) -> list[ScheduledJob]:
         """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.mongo.stats`)."""
         return await scheduled_jobs(self._jobs, owner, until, limit=limit)
+
+    async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
+        """See :meth:`core.stats.StatsStore.running_runs`."""
+        return await running_runs(self._executions, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Per round: read the buckets, decide

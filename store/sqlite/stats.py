@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from core.cluster import InFlightRun
 from core.heatmap import ScheduledJob
 from core.stats import BUCKET_SECONDS, OPEN_STATUSES, RunStats, ScheduleOf, delay_summary
 from core.timeutil import from_epoch_ms, to_epoch_ms
@@ -91,3 +92,28 @@ async def scheduled_jobs(
         of = _schedule_of.decode(spec)
         out.append(ScheduledJob(job_id, of.task_id, from_epoch_ms(next_run_at), of.schedule))
     return out
+
+
+async def running_runs(fetch: Fetch, *, limit: int) -> list[tuple[str, InFlightRun]]:
+    """See :meth:`core.stats.StatsStore.running_runs` (partial index ``executions_open``: its
+    condition is repeated so that SQLite can use it)."""
+    rows = await fetch(
+        "SELECT worker_id, id, job_id, owner, task_id, queue, attempt, started_at FROM executions "
+        f"WHERE status IN ({_OPEN}) AND status = 'RUNNING' ORDER BY worker_id, started_at LIMIT ?",
+        [limit],
+    )
+    return [
+        (
+            str(worker or "?"),
+            InFlightRun(
+                execution_id=run_id,
+                job_id=job_id,
+                owner=owner,
+                task_id=task_id,
+                queue=queue,
+                attempt=int(attempt),
+                started_at=from_epoch_ms(started) if started else None,
+            ),
+        )
+        for worker, run_id, job_id, owner, task_id, queue, attempt, started in rows
+    ]

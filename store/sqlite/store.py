@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
+from core.cluster import InFlightRun
 from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
 from core.heatmap import ScheduledJob
 from core.history import NEVER_RAN, observes_attempt, record_attempts
@@ -77,7 +78,7 @@ from store.sqlite.schema import (
     TENANCY_SCHEMA,
     UPSERT_EVENT,
 )
-from store.sqlite.stats import STATS_SCHEMA, run_stats, scheduled_jobs
+from store.sqlite.stats import STATS_SCHEMA, run_stats, running_runs, scheduled_jobs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -711,6 +712,10 @@ class SqliteStore:
     ) -> list[ScheduledJob]:
         """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.sqlite.stats`)."""
         return await scheduled_jobs(self._fetch, owner, until, limit=limit)
+
+    async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
+        """See :meth:`core.stats.StatsStore.running_runs`."""
+        return await running_runs(self._fetch, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Concurrent calls share one transaction,

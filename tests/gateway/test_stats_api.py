@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from core.access import Role
 from core.clock import FakeClock
+from core.cluster import BusView, Lease, Member, QueueInfo
 from core.model import TERMINAL_RANK, ExecutionStatus, state_rank
 from core.ports import JobStore
 from core.settings import GatewayConfig
@@ -243,3 +244,54 @@ async def test_a_jobs_next_fire_times_carry_their_dst_marks(gateway: Gateway) ->
     ]  # fmt: skip
     _, other = await gateway.get(f"/jobs/{job_id}/upcoming", user="bob")
     assert other["code"] == "job_not_found"
+
+
+class FakeCluster:
+    """A :class:`core.cluster.ClusterSource` with a fixed answer."""
+
+    async def bus_view(self) -> BusView:
+        leases = [Lease(partition=p, owner="s1", renewed_at=NOW, expires_at=NOW, revision=p)
+                  for p in (0, 2)]  # fmt: skip
+        return BusView(
+            lease_ttl_seconds=3.0,
+            partitions=4,
+            leases=leases,
+            members=[Member(scheduler="s1", heartbeat_at=NOW, expires_at=NOW, partitions=[0, 2])],
+            queues=[QueueInfo(queue="default", pending=2, in_flight=1, waiting_pulls=1)],
+        )
+
+
+async def test_the_cluster_is_an_admins_with_the_stores_running_runs(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "cluster.db")
+    await store.open()
+    deps = GatewayDeps(
+        store=store,
+        bus=None,
+        catalog=builtin_catalog(),
+        clock=FakeClock(NOW),
+        config=GatewayConfig(auth_secret=TEST_SECRET, partitions=4, max_body_bytes=4096),
+        cluster=FakeCluster(),
+    )
+    server = TestServer(create_app(deps), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            gateway = Gateway(str(server.make_url("")).rstrip("/"), store, FakeClock(NOW), session)
+            await record(store, 1, S.RUNNING, delay_ms=5)
+            await record(store, 2, S.RUNNING, owner="bob", delay_ms=5)
+            await record(store, 3, S.QUEUED)
+
+            status, body = await gateway.get("/cluster", user="alice")
+            assert (status, body["code"]) == (403, "forbidden")
+            status, body = await gateway.get("/cluster", user="root", role=Role.ADMIN)
+            assert status == 200, body
+            assert body["unleased"] == [1, 3]
+            assert [m["partitions"] for m in body["bus"]["members"]] == [[0, 2]]
+            assert body["bus"]["queues"][0]["inFlight"] == 1
+            [worker] = body["workers"]
+            assert sorted(r["owner"] for r in worker["runs"]) == ["alice", "bob"]
+            status, body = await gateway.get("/cluster?x=1", user="root", role=Role.ADMIN)
+            assert (status, [e["field"] for e in body["errors"]]) == (422, ["x"])
+    finally:
+        await server.close()
+        await store.close()

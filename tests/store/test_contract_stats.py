@@ -128,3 +128,18 @@ async def test_scheduled_jobs_are_those_due_by_a_time_of_the_owner(store: JobSto
     assert found[0].schedule == make_job().schedule
     everyone = await stats_of(store).scheduled_jobs(None, at(60), limit=2)
     assert [j.job_id for j in everyone] == ["j3", "j4"]
+
+
+async def test_running_runs_are_every_users_by_worker(store: JobStore) -> None:
+    a = msgspec.structs.replace(run(1, S.RUNNING, started=at(1)), worker_id="w-2")
+    b = msgspec.structs.replace(run(2, S.RUNNING, owner="bob", started=at(2)), worker_id="w-1")
+    c = msgspec.structs.replace(run(3, S.RUNNING, started=at(0)), worker_id="w-2")
+    await insert(store, a, b, c, run(4, S.QUEUED), run(5, S.SUCCEEDED, finished=at(5)))
+    found = await stats_of(store).running_runs(limit=10)
+    assert [(w, r.execution_id, r.owner) for w, r in found] == [
+        ("w-1", b.id, "bob"),
+        ("w-2", c.id, "alice"),
+        ("w-2", a.id, "alice"),
+    ]
+    assert found[1][1].started_at == at(0)
+    assert len(await stats_of(store).running_runs(limit=2)) == 2
