@@ -296,7 +296,7 @@ async def main_async(args: argparse.Namespace) -> int:
     )
     print(table(["page data", "p50 ms", "p95 ms", "KiB", f"< {TARGET_MS:.0f} ms"], rows))
     if not args.no_save:
-        out = save_results("dashboard", {"args": vars(args), "results": results})
+        out = save_results("dashboard", {"args": vars(args), "results": results}, args.json)
         print(f"results: {out}", file=sys.stderr)
     if not args.keep:
         shutil.rmtree(tmp)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from itertools import accumulate
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -40,9 +41,8 @@ MAX_MARKS = 200
 """At most this many DST marks in one answer (the first ones in time)."""
 FIRES_CACHE_SIZE = 16_384
 """Fire-time computations kept between requests (one per schedule and first run)."""
-QUARTER_SECONDS = 900
-"""Fire times are counted per UTC quarter hour, then placed in the display zone's hours (every
-zone's offset is a multiple of 15 minutes)."""
+BIN_MS = 60_000
+"""Fire times are counted per UTC minute, then placed in the display zone's hours."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +126,10 @@ class UpcomingHeatmap(Model, kw_only=True, omit_defaults=False, frozen=True):
 
 @dataclass(frozen=True, slots=True)
 class _Fires:
-    """The fire times of one (schedule, first run) over the window: counts per UTC quarter
+    """The fire times of one (schedule, first run) over the window: counts per UTC minute
     (index from the window's start) and its DST marks (without job ids)."""
 
-    quarters: Counter[int]
+    bins: Counter[int]
     marks: list[tuple[datetime, Kind, str, str]]
     truncated: bool
 
@@ -158,13 +158,16 @@ def heatmap(
     for job in jobs:
         n_jobs += 1
         groups.setdefault((job.schedule, job.next_run_at), []).append(job.job_id)
-    quarters: Counter[int] = Counter()
+    bins = _Bins(int((end - start).total_seconds() * 1000) // BIN_MS)
     marks: list[DstMark] = []
     for (schedule, first), job_ids in groups.items():
+        if isinstance(schedule, IntervalSchedule) and _interval_bins(
+            bins, schedule, first, start, end, len(job_ids)
+        ):
+            continue
         fires = _fires(schedule, first, start, end)
         truncated = truncated or fires.truncated
-        for q, n in fires.quarters.items():
-            quarters[q] += n * len(job_ids)
+        bins.add_counter(fires.bins, len(job_ids))
         for at, kind, rule, zone in fires.marks:
             marks.append(
                 DstMark(
@@ -177,13 +180,14 @@ def heatmap(
                 )
             )
     marks.sort(key=lambda m: (m.at, m.job_ids))
-    days, busiest = _days(quarters, start, end, display)
+    counts = bins.counts()
+    days, busiest = _days(counts, start, end, display)
     return UpcomingHeatmap(
         timezone=display_name,
         window_start=start,
         window_end=end,
         days=days,
-        fires=sum(quarters.values()),
+        fires=sum(counts),
         jobs=n_jobs,
         busiest_at=busiest[0],
         busiest_fires=busiest[1],
@@ -203,22 +207,99 @@ def _fires(schedule: Schedule, first: datetime, start: datetime, end: datetime) 
             return _interval_fires(schedule, first, start, end)
         case CronSchedule():
             return _cron_fires(schedule, first, start, end)
-    quarters: Counter[int] = Counter()
+    once: Counter[int] = Counter()
     if start <= first < end:
-        quarters[int((first - start).total_seconds() // QUARTER_SECONDS)] += 1
-    return _Fires(quarters, [], truncated=False)
+        once[(to_epoch_ms(first) - to_epoch_ms(start)) // BIN_MS] += 1
+    return _Fires(once, [], truncated=False)
+
+
+class _Bins:
+    """Fire counts per minute of the window, with arithmetic progressions added in O(1): a
+    difference array per stride, summed once at the end."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.dense = [0] * n
+        self.strided: dict[int, list[int]] = {}
+
+    def add_counter(self, counter: Counter[int], times: int) -> None:
+        for b, c in counter.items():
+            if 0 <= b < self.n:
+                self.dense[b] += c * times
+
+    def add_progression(self, first: int, stride: int, count: int, value: int) -> None:
+        """``value`` added to bins ``first, first + stride, …`` (``count`` of them)."""
+        if count <= 0 or first >= self.n:
+            return
+        diff = self.strided.get(stride)
+        if diff is None:
+            diff = self.strided[stride] = [0] * (self.n + stride)
+        diff[first] += value
+        stop = first + count * stride
+        if stop < len(diff):
+            diff[stop] -= value
+
+    def counts(self) -> list[int]:
+        out = self.dense
+        for stride, diff in self.strided.items():
+            acc = diff[: self.n]
+            for r in range(stride):  # a running sum along each residue class of the stride
+                acc[r::stride] = accumulate(acc[r::stride])
+            out = [a + b for a, b in zip(out, acc, strict=True)]
+        return out
+
+
+def _interval_bins(
+    bins: _Bins,
+    schedule: IntervalSchedule,
+    first: datetime,
+    start: datetime,
+    end: datetime,
+    times: int,
+) -> bool:
+    """Add ``times`` times the schedule's fire counts to ``bins`` in constant time when its interval
+    is a whole number of minutes or divides one (whole milliseconds, as
+    :func:`core.schedule.next_run_after` steps ``t + every``); False for another interval."""
+    step_ms = round(schedule.every_seconds * 1000)
+    if step_ms <= 0 or (step_ms % BIN_MS and BIN_MS % step_ms):
+        return False
+    t: datetime | None = first
+    if t is not None and t < start:
+        t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
+    if t is None:
+        return True
+    origin_ms, first_ms = to_epoch_ms(start), to_epoch_ms(t)
+    last_ms = to_epoch_ms(end) - 1
+    if schedule.end_at is not None:
+        last_ms = min(last_ms, to_epoch_ms(schedule.end_at))
+    if first_ms > last_ms:
+        return True
+    n = (last_ms - first_ms) // step_ms + 1
+    b0 = (first_ms - origin_ms) // BIN_MS
+    if step_ms % BIN_MS == 0:
+        bins.add_progression(b0, step_ms // BIN_MS, n, times)
+        return True
+    per_bin = BIN_MS // step_ms
+    in_first = min(n, (origin_ms + (b0 + 1) * BIN_MS - first_ms + step_ms - 1) // step_ms)
+    bins.add_progression(b0, 1, 1, in_first * times)
+    rest = n - in_first
+    full = rest // per_bin
+    bins.add_progression(b0 + 1, 1, full, per_bin * times)
+    if rest % per_bin:
+        bins.add_progression(b0 + 1 + full, 1, 1, (rest % per_bin) * times)
+    return True
 
 
 def _interval_fires(
     schedule: IntervalSchedule, first: datetime, start: datetime, end: datetime
 ) -> _Fires:
-    """In whole milliseconds, as :func:`core.schedule.next_run_after` steps (``t + every``)."""
+    """Any other interval: every fire time, in whole milliseconds."""
     t: datetime | None = first
     if t is not None and t < start:
         t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
-    quarters: Counter[int] = Counter()
+    counts: Counter[int] = Counter()
     if t is None:
-        return _Fires(quarters, [], truncated=False)
+        return _Fires(counts, [], truncated=False)
     step_ms = round(schedule.every_seconds * 1000)
     last_ms = to_epoch_ms(end) - 1
     if schedule.end_at is not None:
@@ -226,16 +307,15 @@ def _interval_fires(
     origin_ms = to_epoch_ms(start)
     first_ms = to_epoch_ms(t)
     stop_ms = min(last_ms + 1, first_ms + step_ms * MAX_FIRES_PER_SCHEDULE)
-    quarter_ms = QUARTER_SECONDS * 1000
     for fire_ms in range(first_ms, stop_ms, step_ms):
-        quarters[(fire_ms - origin_ms) // quarter_ms] += 1
-    return _Fires(quarters, [], truncated=stop_ms <= last_ms)
+        counts[(fire_ms - origin_ms) // BIN_MS] += 1
+    return _Fires(counts, [], truncated=stop_ms <= last_ms)
 
 
 def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: datetime) -> _Fires:
     """From the cron expression's own iterator (:meth:`core.cron.CronExpression.next_after`,
     which :func:`core.schedule.next_run_after` wraps), DST marks near the zone's transitions."""
-    quarters: Counter[int] = Counter()
+    counts: Counter[int] = Counter()
     marks: list[tuple[datetime, Kind, str, str]] = []
     expr = cron.parse_cron(schedule.expression)
     tz = cron.resolve_timezone(schedule.timezone)
@@ -247,14 +327,14 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
     n = 0
     while t < bound:
         if t >= start:
-            quarters[int((t.timestamp() - origin) // QUARTER_SECONDS)] += 1
+            counts[int((t.timestamp() - origin) * 1000) // BIN_MS] += 1
             if any(lo <= t <= hi for lo, hi in near):
                 mark = dst_mark(schedule, t)
                 if mark is not None:
                     marks.append((t, *mark, schedule.timezone))
         n += 1
         if n >= MAX_FIRES_PER_SCHEDULE:
-            return _Fires(quarters, marks, truncated=True)
+            return _Fires(counts, marks, truncated=True)
         try:
             t = expr.next_after(t, tz, gap=schedule.gap, fold=schedule.fold)
         except (OverflowError, ValueError):
@@ -262,7 +342,7 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
     if schedule.gap == "skip" and changes:
         marks += [(at, "skipped", "gap: skip", schedule.timezone)
                   for at in skipped_in_gaps(schedule, max(first, start), end)]  # fmt: skip
-    return _Fires(quarters, marks, truncated=False)
+    return _Fires(counts, marks, truncated=False)
 
 
 _NEAR = timedelta(hours=3)
@@ -348,25 +428,23 @@ def _offset(tz: ZoneInfo, t: datetime) -> int:
 
 
 def _days(
-    quarters: Counter[int], start: datetime, end: datetime, tz: ZoneInfo
+    counts: list[int], start: datetime, end: datetime, tz: ZoneInfo
 ) -> tuple[list[HeatDay], tuple[datetime | None, int]]:
-    """Quarter counts placed in the local (date, hour) cells of ``tz``; and the busiest UTC
-    hour of the window."""
+    """Minute counts placed in the local (date, hour) cells of ``tz`` (read once per quarter
+    hour: every zone's offset is a multiple of 15 minutes); and the busiest UTC hour."""
     cells: dict[str, list[int]] = {}
-    t = start
-    while t < end:  # every local date the window touches, in order
-        cells.setdefault(t.astimezone(tz).date().isoformat(), [0] * 24)
-        t += timedelta(minutes=15)
+    per_quarter = 15
+    for q in range(0, len(counts), per_quarter):
+        local = (start + timedelta(minutes=q)).astimezone(tz)
+        row = cells.setdefault(local.date().isoformat(), [0] * 24)
+        row[local.hour] += sum(counts[q : q + per_quarter])
     cells.setdefault((end - timedelta(seconds=1)).astimezone(tz).date().isoformat(), [0] * 24)
-    per_hour: Counter[int] = Counter()
-    for q, n in quarters.items():
-        local = (start + timedelta(seconds=q * QUARTER_SECONDS)).astimezone(tz)
-        cells[local.date().isoformat()][local.hour] += n
-        per_hour[q // 4] += n
+    per_hour = [sum(counts[i : i + 60]) for i in range(0, len(counts), 60)]
     busiest: tuple[datetime | None, int] = (None, 0)
-    if per_hour:
-        hour, fires = min(per_hour.items(), key=lambda kv: (-kv[1], kv[0]))
-        busiest = (start + timedelta(hours=hour), fires)
+    if per_hour and max(per_hour) > 0:
+        top = max(per_hour)
+        hour = per_hour.index(top)
+        busiest = (start + timedelta(hours=hour), top)
     return [HeatDay(date=d, hours=h) for d, h in cells.items()], busiest
 
 

@@ -3,6 +3,7 @@ changes on 2026-03-29 01:00 UTC, 02:00 → 03:00, and 2026-10-25 01:00 UTC, 03:0
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -92,9 +93,28 @@ def test_intervals_count_per_hour_and_the_busiest_hour_is_the_earliest_peak() ->
 
 
 def test_fire_times_past_the_cap_are_truncated() -> None:
-    every_second = IntervalSchedule(every_seconds=1)
+    every_second = CronSchedule(expression="* * * * * *")
     data = week(every_second, SPRING, zone="UTC")
     assert data.truncated and data.fires <= hm.MAX_FIRES_PER_SCHEDULE
+
+
+@pytest.mark.parametrize("every_seconds", [1, 0.25, 45, 60, 600, 1000, 5400])
+def test_interval_counts_equal_the_fire_times_one_by_one(every_seconds: float) -> None:
+    """The constant-time counts (whole minutes, divisors of a minute) and the loop (others)
+    agree with core.schedule's own fire times, minute by minute."""
+    schedule = IntervalSchedule(
+        every_seconds=every_seconds, start_at=SPRING + timedelta(seconds=37.5)
+    )
+    _, end = hm.window(SPRING)
+    data = week(schedule, SPRING, zone="UTC")
+    expected = Counter[tuple[str, int]]()
+    t = schedule.start_at
+    while t is not None and t < end:
+        expected[(t.date().isoformat(), t.hour)] += 1
+        t = schedules.next_run_after(schedule, t)
+    got = {(d.date, h): n for d in data.days for h, n in enumerate(d.hours) if n}
+    assert got == dict(expected)
+    assert data.fires == sum(expected.values()) and not data.truncated
 
 
 def test_marks_of_a_jobs_next_fire_times() -> None:
