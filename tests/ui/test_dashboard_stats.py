@@ -135,3 +135,31 @@ async def test_the_overview_of_every_user_is_an_admins(
     await expect(user.page.locator("#overview-status")).to_contain_text("only an admin")
     user.problems.clear()  # the browser logs the 403 answer itself as a console error
     tab.assert_clean()
+
+
+async def test_the_cluster_page_shows_the_leases_queues_and_workers_to_an_admin(
+    context: BrowserContext, stack: Stack, signed_in: SignIn
+) -> None:
+    job = await stack.client().create_job({"taskId": "sleep", "parameters": {"seconds": 3}})
+    await wait_job(stack.client(), job.id, ["RUNNING"])
+    tab = await admin_tab(context, stack)
+    page = tab.page
+    await page.get_by_role("link", name="Cluster").click()
+    await expect(page).to_have_url(f"{stack.url}/ui/cluster")
+    partitions = stack.settings.scheduler.partitions
+    scheduler = page.locator("#schedulers section")
+    await expect(scheduler).to_have_count(1)
+    await expect(scheduler).to_contain_text(f"{partitions} of {partitions} partitions")
+    await expect(page.locator("#unleased")).to_have_text("Every partition is leased.")
+    await expect(page.locator("#leases tbody tr")).to_have_count(partitions)
+    await expect(page.locator('#cluster-queues tr[data-queue="default"]')).to_be_visible()
+    await expect(page.locator("#workers tbody tr")).to_contain_text("sleep")
+    await tab.screenshot("cluster")
+    tab.assert_clean()
+
+    user = await signed_in()  # a user: no link to it, and a refusal if asked anyway
+    await expect(user.page.get_by_role("link", name="Cluster")).to_be_hidden()
+    await user.open("/ui/cluster")
+    await expect(user.page.locator("#cluster-status")).to_have_text(
+        "Only an admin may see the cluster."
+    )
