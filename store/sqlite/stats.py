@@ -87,9 +87,12 @@ async def scheduled_jobs(
         "AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
         [*params, to_epoch_ms(until), limit],
     )
+    decoded: dict[bytes, ScheduleOf] = {}  # jobs made from one template share a spec
     out = []
     for job_id, next_run_at, spec in rows:
-        of = _schedule_of.decode(spec)
+        of = decoded.get(spec)
+        if of is None:
+            of = decoded[spec] = _schedule_of.decode(spec)
         out.append(ScheduledJob(job_id, of.task_id, from_epoch_ms(next_run_at), of.schedule))
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, expect
@@ -163,3 +163,36 @@ async def test_the_cluster_page_shows_the_leases_queues_and_workers_to_an_admin(
     await expect(user.page.locator("#cluster-status")).to_have_text(
         "Only an admin may see the cluster."
     )
+
+
+async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(
+    context: BrowserContext, stack: Stack, signed_in: SignIn
+) -> None:
+    mine = await stack.client().create_job({"taskId": "noop", "schedule": NIGHTLY_BERLIN})
+    bobs = await stack.client("bob").create_job({"taskId": "noop", "schedule": NIGHTLY_BERLIN})
+    today = datetime.now(UTC).date()
+    tab = await signed_in()
+    page = tab.page
+    await tab.open(f"/ui/?createdFrom={today.isoformat()}")  # a shared link: the same view
+    await expect(page.locator("#filter-createdFrom")).to_have_value(today.isoformat())
+    await expect(page.locator(f"#job-{mine.id}")).to_be_visible()
+    await tab.open(f"/ui/?createdFrom={(today + timedelta(days=1)).isoformat()}")
+    await expect(page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(page.locator("#filter-allUsers")).to_have_count(0)  # a user has no such switch
+
+    await page.get_by_label("Go to job").fill(bobs.id)  # another user's id: not found
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#job-search-result")).to_have_text(f"No job {bobs.id} of yours.")
+    await page.get_by_label("Go to job").fill(mine.id)
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(f"{stack.url}/ui/jobs/{mine.id}")
+    tab.problems.clear()  # the browser logs the 404 answer itself as a console error
+
+    admin = await admin_tab(context, stack)
+    await expect(admin.page.locator(f"#job-{bobs.id}")).to_have_count(0)
+    await admin.page.get_by_label("All users").check()
+    await expect(admin.page).to_have_url(f"{stack.url}/ui/?allUsers=true")
+    await expect(admin.page.locator(f"#job-{bobs.id}")).to_be_visible()
+    await expect(admin.page.locator(f"#job-{mine.id}")).to_be_visible()
+    await admin.screenshot("jobs-all-users")
+    admin.assert_clean()
