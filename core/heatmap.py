@@ -55,6 +55,32 @@ class ScheduledJob:
     schedule: Schedule
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduledGroup:
+    """Jobs that share a schedule and a stored next run (aware UTC), so fire at the same times:
+    how many, and the first few ids (ascending) for the marks."""
+
+    schedule: Schedule
+    next_run_at: datetime
+    jobs: int
+    job_ids: tuple[str, ...]
+
+
+SAMPLE_IDS = 5
+"""Job ids kept per group (and per DST mark)."""
+
+
+def group_jobs(jobs: Iterable[ScheduledJob]) -> list[ScheduledGroup]:
+    """``jobs`` grouped by (schedule, next run), as the stores group them."""
+    groups: dict[tuple[Schedule, datetime], list[str]] = {}
+    for job in jobs:
+        groups.setdefault((job.schedule, job.next_run_at), []).append(job.job_id)
+    return [
+        ScheduledGroup(schedule, first, len(ids), tuple(sorted(ids)[:SAMPLE_IDS]))
+        for (schedule, first), ids in groups.items()
+    ]
+
+
 Kind = Literal["shifted", "skipped", "fold-first", "fold-second"]
 
 
@@ -141,7 +167,7 @@ def window(now: datetime) -> tuple[datetime, datetime]:
 
 
 def heatmap(
-    jobs: Iterable[ScheduledJob],
+    groups: Iterable[ScheduledGroup],
     *,
     start: datetime,
     end: datetime,
@@ -149,25 +175,23 @@ def heatmap(
     display_name: str,
     truncated: bool = False,
 ) -> UpcomingHeatmap:
-    """The heatmap of ``jobs``' fire times in ``[start, end)``, in ``display``'s wall-clock hours.
-
-    ``start`` must be a whole UTC hour. Pure: the same jobs give the same answer.
+    """The heatmap of the ``groups``' fire times in ``[start, end)``, in ``display``'s wall-clock
+    hours (see :func:`group_jobs`). ``start`` must be a whole UTC hour. Pure: the same groups
+    give the same answer.
     """
-    groups: dict[tuple[Schedule, datetime], list[str]] = {}
     n_jobs = 0
-    for job in jobs:
-        n_jobs += 1
-        groups.setdefault((job.schedule, job.next_run_at), []).append(job.job_id)
     bins = _Bins(int((end - start).total_seconds() * 1000) // BIN_MS)
     marks: list[DstMark] = []
-    for (schedule, first), job_ids in groups.items():
+    for group in groups:
+        schedule, first, n = group.schedule, group.next_run_at, group.jobs
+        n_jobs += n
         if isinstance(schedule, IntervalSchedule) and _interval_bins(
-            bins, schedule, first, start, end, len(job_ids)
+            bins, schedule, first, start, end, n
         ):
             continue
         fires = _fires(schedule, first, start, end)
         truncated = truncated or fires.truncated
-        bins.add_counter(fires.bins, len(job_ids))
+        bins.add_counter(fires.bins, n)
         for at, kind, rule, zone in fires.marks:
             marks.append(
                 DstMark(
@@ -175,8 +199,8 @@ def heatmap(
                     kind=kind,
                     rule=rule,
                     timezone=zone,
-                    job_ids=job_ids[:5],
-                    jobs=len(job_ids),
+                    job_ids=list(group.job_ids),
+                    jobs=n,
                 )
             )
     marks.sort(key=lambda m: (m.at, m.job_ids))

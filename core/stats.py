@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from core.cluster import InFlightRun
-from core.heatmap import ScheduledJob
-from core.model import ExecutionStatus, Instant, Model, Schedule
+from core.heatmap import ScheduledGroup
+from core.model import ExecutionStatus, Instant, Model
 from core.timeutil import from_epoch_ms, to_epoch_ms
 
 WINDOW_SECONDS = 3600
@@ -71,24 +71,18 @@ class StatsStore(Protocol):
         :class:`RunStats`. Served by indexes (``executions_stats_*``), never a table scan."""
         ...
 
-    async def scheduled_jobs(
+    async def scheduled_groups(
         self, owner: str | None, until: datetime, *, limit: int
-    ) -> list[ScheduledJob]:
-        """``owner``'s jobs (None: everyone's) with a next run at or before ``until``, earliest
-        first, at most ``limit`` (index ``jobs_stats_*next``)."""
+    ) -> list[ScheduledGroup]:
+        """``owner``'s jobs (None: everyone's) with a next run at or before ``until``, grouped by
+        (schedule, next run), earliest first, at most ``limit`` groups (index
+        ``jobs_stats_*next``)."""
         ...
 
     async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
         """Every user's RUNNING runs with the worker that runs each (``?`` when unknown),
         at most ``limit``, by worker (the Cluster page; index of the unfinished runs)."""
         ...
-
-
-class ScheduleOf(Model, kw_only=True, frozen=True):
-    """The part of a stored job spec the Upcoming page reads (other fields are ignored)."""
-
-    task_id: str
-    schedule: Schedule
 
 
 def nearest_rank(ascending: Sequence[int], fraction: float) -> int | None:

@@ -40,8 +40,9 @@ async def stats_overview(request: web.Request) -> web.Response:
 
 
 UPCOMING_PARAMS = frozenset({"owner", "allUsers", "timezone"})
-MAX_UPCOMING_JOBS = 20_000
-"""At most this many jobs are read for one heatmap (earliest next run first); more: truncated."""
+MAX_UPCOMING_GROUPS = 20_000
+"""At most this many (schedule, next run) groups of jobs are read for one heatmap (earliest
+next run first); more: truncated."""
 
 
 async def stats_upcoming(request: web.Request) -> web.Response:
@@ -65,14 +66,14 @@ async def stats_upcoming(request: web.Request) -> web.Response:
         raise InvalidRequest(FieldError("timezone", reason)) from None
     store = _stats_store(request)
     start, end = heatmap.window(request.app[gw.DEPS].clock.now())
-    jobs = await store.scheduled_jobs(owner, end, limit=MAX_UPCOMING_JOBS)
+    groups = await store.scheduled_groups(owner, end, limit=MAX_UPCOMING_GROUPS)
     data = heatmap.heatmap(
-        jobs,
+        groups,
         start=start,
         end=end,
         display=display,
         display_name=name,
-        truncated=len(jobs) >= MAX_UPCOMING_JOBS,
+        truncated=len(groups) >= MAX_UPCOMING_GROUPS,
     )
     return gw.json_response(data)
 

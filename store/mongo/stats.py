@@ -16,8 +16,9 @@ import msgspec
 from pymongo.asynchronous.collection import AsyncCollection
 
 from core.cluster import InFlightRun
-from core.heatmap import ScheduledJob
-from core.stats import BUCKET_SECONDS, DelaySummary, RunStats, ScheduleOf
+from core.heatmap import SAMPLE_IDS, ScheduledGroup
+from core.model import Schedule
+from core.stats import BUCKET_SECONDS, DelaySummary, RunStats
 from core.timeutil import to_epoch_ms
 from store.mongo.schema import DUE, FINISHED, ID, UNFINISHED, Document
 from store.mongo_errors import translated
@@ -109,20 +110,35 @@ async def run_stats(
     )
 
 
-async def scheduled_jobs(
+async def scheduled_groups(
     jobs: AsyncCollection[Document], owner: str | None, until: datetime, *, limit: int
-) -> list[ScheduledJob]:
-    """See :meth:`core.stats.StatsStore.scheduled_jobs` (``jobs_stats_owner_next``,
-    ``jobs_stats_next``): the id, task, schedule and next run fields only."""
+) -> list[ScheduledGroup]:
+    """See :meth:`core.stats.StatsStore.scheduled_groups` (``jobs_stats_owner_next``,
+    ``jobs_stats_next``): grouped by the stored ``schedule`` and ``nextRunAt``."""
     query = {**_who(owner), "nextRunAt": {**DUE["nextRunAt"], "$lte": until}}
-    projection = {ID: 1, "taskId": 1, "schedule": 1, "nextRunAt": 1}
+    pipeline: Pipeline = [
+        {"$match": query},
+        {
+            "$group": {
+                "_id": {"schedule": "$schedule", "next": "$nextRunAt"},
+                "jobs": {"$sum": 1},
+                "ids": {"$push": f"${ID}"},
+            }
+        },
+        {"$sort": {"_id.next": 1}},
+        {"$limit": limit},
+    ]
     with translated("scheduled jobs"):
-        docs = await jobs.find(query, projection).sort([("nextRunAt", 1)]).limit(limit).to_list()
-    out = []
-    for doc in docs:
-        of = msgspec.convert({"taskId": doc["taskId"], "schedule": doc["schedule"]}, ScheduleOf)
-        out.append(ScheduledJob(str(doc[ID]), of.task_id, doc["nextRunAt"], of.schedule))
-    return out
+        docs = await _rows(jobs, pipeline)
+    return [
+        ScheduledGroup(
+            msgspec.convert(d["_id"]["schedule"], Schedule),
+            d["_id"]["next"],
+            int(d["jobs"]),
+            tuple(sorted(str(i) for i in d["ids"])[:SAMPLE_IDS]),
+        )
+        for d in docs
+    ]
 
 
 async def running_runs(

@@ -21,7 +21,7 @@ from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.cluster import InFlightRun
 from core.errors import ConfigError, Conflict, JobNotFound, StoreUnavailable
-from core.heatmap import ScheduledJob
+from core.heatmap import ScheduledGroup
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -87,7 +87,7 @@ from store.mongo.schema import (
     create_indexes,
     database_name,
 )
-from store.mongo.stats import run_stats, running_runs, scheduled_jobs
+from store.mongo.stats import run_stats, running_runs, scheduled_groups
 from store.mongo_errors import duplicate_index, duplicate_indexes, translated
 from store.pages import Keyset
 from store.rows import RowReader
@@ -756,11 +756,11 @@ class MongoStore:
         """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.mongo.stats`)."""
         return await run_stats(self._executions, owner, since, until)
 
-    async def scheduled_jobs(
+    async def scheduled_groups(
         self, owner: str | None, until: datetime, *, limit: int
-    ) -> list[ScheduledJob]:
-        """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.mongo.stats`)."""
-        return await scheduled_jobs(self._jobs, owner, until, limit=limit)
+    ) -> list[ScheduledGroup]:
+        """See :meth:`core.stats.StatsStore.scheduled_groups` (:mod:`store.mongo.stats`)."""
+        return await scheduled_groups(self._jobs, owner, until, limit=limit)
 
     async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
         """See :meth:`core.stats.StatsStore.running_runs`."""

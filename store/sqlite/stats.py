@@ -15,11 +15,12 @@ from typing import Any
 import msgspec
 
 from core.cluster import InFlightRun
-from core.heatmap import ScheduledJob
-from core.stats import BUCKET_SECONDS, OPEN_STATUSES, RunStats, ScheduleOf, delay_summary
+from core.heatmap import SAMPLE_IDS, ScheduledGroup
+from core.model import Schedule
+from core.stats import BUCKET_SECONDS, OPEN_STATUSES, RunStats, delay_summary
 from core.timeutil import from_epoch_ms, to_epoch_ms
 
-_schedule_of = msgspec.json.Decoder(ScheduleOf)
+_schedule = msgspec.json.Decoder(Schedule)
 
 STATS_SCHEMA = """
 CREATE INDEX IF NOT EXISTS executions_stats_owner_finished
@@ -31,8 +32,11 @@ CREATE INDEX IF NOT EXISTS executions_stats_owner_started
 CREATE INDEX IF NOT EXISTS executions_stats_started
     ON executions (started_at, scheduled_for) WHERE started_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_stats_owner_next
-    ON jobs (owner, next_run_at) WHERE next_run_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_stats_next ON jobs (next_run_at) WHERE next_run_at IS NOT NULL;
+    ON jobs (owner, next_run_at, json_extract(CAST(spec AS TEXT), '$.schedule'), id)
+    WHERE next_run_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_stats_next
+    ON jobs (next_run_at, json_extract(CAST(spec AS TEXT), '$.schedule'), id)
+    WHERE next_run_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS executions_stats_open
     ON executions (owner, queue, status) WHERE state_rank < 1000000;
 """
@@ -76,24 +80,28 @@ async def run_stats(fetch: Fetch, owner: str | None, since: datetime, until: dat
     )
 
 
-async def scheduled_jobs(
+async def scheduled_groups(
     fetch: Fetch, owner: str | None, until: datetime, *, limit: int
-) -> list[ScheduledJob]:
-    """See :meth:`core.stats.StatsStore.scheduled_jobs` (``jobs_stats_owner_next``,
-    ``jobs_stats_next``): the id, next run and spec columns only."""
+) -> list[ScheduledGroup]:
+    """See :meth:`core.stats.StatsStore.scheduled_groups` (``jobs_stats_owner_next``,
+    ``jobs_stats_next``): grouped in SQL by the spec's ``schedule`` (as stored: one encoder, so
+    equal schedules are equal text) and the next run, so a template's thousand jobs are one row;
+    the indexes hold that schedule (an expression index), so the groups come in index order."""
     who, params = _owned(owner)
     rows = await fetch(
-        f"SELECT id, next_run_at, spec FROM jobs WHERE {who}next_run_at IS NOT NULL "
-        "AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
+        "SELECT json_extract(CAST(spec AS TEXT), '$.schedule') AS schedule, next_run_at, "
+        f"COUNT(*), group_concat(id, ' ') FROM jobs WHERE {who}next_run_at IS NOT NULL "
+        "AND next_run_at <= ? GROUP BY next_run_at, schedule ORDER BY next_run_at LIMIT ?",
         [*params, to_epoch_ms(until), limit],
     )
-    decoded: dict[bytes, ScheduleOf] = {}  # jobs made from one template share a spec
+    decoded: dict[str, Schedule] = {}
     out = []
-    for job_id, next_run_at, spec in rows:
-        of = decoded.get(spec)
-        if of is None:
-            of = decoded[spec] = _schedule_of.decode(spec)
-        out.append(ScheduledJob(job_id, of.task_id, from_epoch_ms(next_run_at), of.schedule))
+    for text, next_run_at, n, ids in rows:
+        schedule = decoded.get(text)
+        if schedule is None:
+            schedule = decoded[text] = _schedule.decode(text)
+        sample = tuple(sorted(ids.split(" "))[:SAMPLE_IDS])
+        out.append(ScheduledGroup(schedule, from_epoch_ms(next_run_at), int(n), sample))
     return out
 
 

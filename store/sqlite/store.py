@@ -20,7 +20,7 @@ import aiosqlite
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
 from core.cluster import InFlightRun
 from core.errors import Conflict, JobNotFound, StoreRejected, StoreUnavailable
-from core.heatmap import ScheduledJob
+from core.heatmap import ScheduledGroup
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -78,7 +78,7 @@ from store.sqlite.schema import (
     TENANCY_SCHEMA,
     UPSERT_EVENT,
 )
-from store.sqlite.stats import STATS_SCHEMA, run_stats, running_runs, scheduled_jobs
+from store.sqlite.stats import STATS_SCHEMA, run_stats, running_runs, scheduled_groups
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -707,11 +707,11 @@ class SqliteStore:
         """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.sqlite.stats`)."""
         return await run_stats(self._fetch, owner, since, until)
 
-    async def scheduled_jobs(
+    async def scheduled_groups(
         self, owner: str | None, until: datetime, *, limit: int
-    ) -> list[ScheduledJob]:
-        """See :meth:`core.stats.StatsStore.scheduled_jobs` (:mod:`store.sqlite.stats`)."""
-        return await scheduled_jobs(self._fetch, owner, until, limit=limit)
+    ) -> list[ScheduledGroup]:
+        """See :meth:`core.stats.StatsStore.scheduled_groups` (:mod:`store.sqlite.stats`)."""
+        return await scheduled_groups(self._fetch, owner, until, limit=limit)
 
     async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
         """See :meth:`core.stats.StatsStore.running_runs`."""

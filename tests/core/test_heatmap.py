@@ -33,7 +33,11 @@ def week(
 ) -> hm.UpcomingHeatmap:
     s, e = hm.window(start)
     return hm.heatmap(
-        jobs(schedule, start, n), start=s, end=e, display=ZoneInfo(zone), display_name=zone
+        hm.group_jobs(jobs(schedule, start, n)),
+        start=s,
+        end=e,
+        display=ZoneInfo(zone),
+        display_name=zone,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from core.model import TERMINAL_RANK, Execution, ExecutionStatus, state_rank
+from core.model import TERMINAL_RANK, CronSchedule, Execution, ExecutionStatus, state_rank
 from core.ports import JobStore
 from core.stats import StatsStore
 from tests.store.test_contract import at, make_execution, make_job
@@ -115,19 +115,26 @@ async def test_open_runs_count_per_queue_and_status_of_the_owner(store: JobStore
     assert ("bulk", "QUEUED", 1) in everyone.open_runs
 
 
-async def test_scheduled_jobs_are_those_due_by_a_time_of_the_owner(store: JobStore) -> None:
-    for n, (owner, next_run) in enumerate(
-        [("alice", at(5)), ("alice", at(90)), ("alice", None), ("bob", at(1)), ("alice", at(2))]
-    ):
-        await store.create_job(make_job(f"j{n}", owner=owner, next_run_at=next_run))
-    found = await stats_of(store).scheduled_jobs("alice", at(60), limit=10)
-    assert [(j.job_id, j.next_run_at, j.task_id) for j in found] == [
-        ("j4", at(2), "noop"),
-        ("j0", at(5), "noop"),
+async def test_scheduled_groups_are_the_owners_jobs_due_by_a_time(store: JobStore) -> None:
+    hourly = CronSchedule(expression="0 * * * *")
+    specs = [
+        ("alice", at(5), None), ("alice", at(90), None), ("alice", None, None), ("bob", at(1), None),
+        ("alice", at(2), None), ("alice", at(2), hourly), ("alice", at(2), hourly),
+    ]  # fmt: skip
+    for n, (owner, next_run, schedule) in enumerate(specs):
+        job = make_job(f"j{n}", owner=owner, next_run_at=next_run)
+        await store.create_job(
+            job if schedule is None else msgspec.structs.replace(job, schedule=schedule)
+        )
+    found = await stats_of(store).scheduled_groups("alice", at(60), limit=10)
+    assert sorted((g.next_run_at, g.jobs, g.job_ids, g.schedule == hourly) for g in found) == [
+        (at(2), 1, ("j4",), False),
+        (at(2), 2, ("j5", "j6"), True),
+        (at(5), 1, ("j0",), False),
     ]
-    assert found[0].schedule == make_job().schedule
-    everyone = await stats_of(store).scheduled_jobs(None, at(60), limit=2)
-    assert [j.job_id for j in everyone] == ["j3", "j4"]
+    assert [g.schedule for g in found if g.job_ids == ("j0",)] == [make_job().schedule]
+    everyone = await stats_of(store).scheduled_groups(None, at(60), limit=1)
+    assert [g.job_ids for g in everyone] == [("j3",)]
 
 
 async def test_running_runs_are_every_users_by_worker(store: JobStore) -> None:

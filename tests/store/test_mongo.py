@@ -818,7 +818,7 @@ async def run_every_query(store: MongoStore) -> None:
     await _tenancy_queries(store, pause)
     for who in ("alice", None):  # the dashboard's Overview (store/mongo/stats.py)
         await store.run_stats(who, T0, at(60))
-        await store.scheduled_jobs(who, at(60), limit=10)
+        await store.scheduled_groups(who, at(60), limit=10)
     await store.running_runs(limit=10)
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),

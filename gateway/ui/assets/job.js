@@ -57,10 +57,10 @@ function summary(job) {
 }
 
 const DST_WORDS = {
-  shifted: "DST gap: runs at the gap's end",
-  skipped: "DST gap: this occurrence does not run",
-  "fold-first": "DST fold: first pass",
-  "fold-second": "DST fold: second pass",
+  shifted: "DST gap: runs at its end",
+  skipped: "DST gap: does not run",
+  "fold-first": "DST fold: 1st pass",
+  "fold-second": "DST fold: 2nd pass",
 };
 
 function upcomingTable(times, zone, marks = []) {
