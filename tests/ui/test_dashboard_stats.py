@@ -43,6 +43,8 @@ async def test_the_overview_shows_the_last_hour_of_the_users_runs(
     await expect(chart).to_be_visible()
     await expect(page.locator("#per-minute rect.bar-succeeded")).to_have_count(1)
     await expect(page.locator("#per-minute rect.bar-failed")).to_have_count(0)  # bob's
+    await page.get_by_text("minutes with finished runs, as a table").press("Enter")
+    await expect(page.locator("#per-minute-table tbody tr")).to_have_count(1)
     await tab.live()
 
     second = await alice.create_job({"taskId": "noop"})  # a run that ends while the page is open
@@ -84,6 +86,14 @@ async def test_upcoming_shows_a_week_by_local_hour_with_the_dst_gap_marked(
     await expect(page.locator("#dst-marks tbody tr")).to_have_count(1)
     await expect(page.locator("#dst-marks")).to_contain_text("gap: shift")
     await expect(page.locator("#transitions")).to_contain_text("UTC+1 → UTC+2")
+    await night.focus()  # the heatmap by keyboard: one tab stop, arrow keys between the hours
+    await expect(page.locator("#heat-cell")).to_contain_text(
+        "2026-03-28 02:00 Europe/Berlin: 1 fire time"
+    )
+    await page.keyboard.press("ArrowDown")
+    await page.keyboard.press("ArrowRight")
+    await expect(shifted).to_be_focused()
+    await expect(page.locator("#heat-cell")).to_contain_text("DST: shifted")
     await tab.screenshot("upcoming")
 
     await page.get_by_label("Time zone").fill("UTC")  # the zone lives in the URL

@@ -24,6 +24,22 @@ function time(iso) {
   return inZone(iso).slice(11, 16);
 }
 
+/** The chart's numbers as a table (the minutes with runs), for keyboard and screen readers. */
+function minutesTable(data) {
+  const busy = data.minutes.filter((m) => SERIES.some((se) => m[se.key]));
+  return h(
+    "details",
+    { id: "per-minute-table" },
+    h("summary", {}, `The ${busy.length} minutes with finished runs, as a table`),
+    h(
+      "table",
+      { class: "grid" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Minute (UTC)"), SERIES.map((se) => h("th", { scope: "col", class: "num" }, se.label)))),
+      h("tbody", {}, busy.map((m) => h("tr", {}, h("td", { class: "t" }, time(m.at)), SERIES.map((se) => h("td", { class: "num" }, String(m[se.key])))))),
+    ),
+  );
+}
+
 function view(data) {
   const t = data.totals;
   const finished = t.SUCCEEDED + t.FAILED + t.CANCELLED + t.SKIPPED;
@@ -69,6 +85,7 @@ function view(data) {
     h("h2", { id: "per-minute-title" }, "Runs per minute, by final status"),
     stackedBars({ id: "per-minute", name: `Runs per minute by final status, last hour: ${finished} finished`, bars, series: SERIES }),
     legend,
+    minutesTable(data),
     h("h2", {}, "Queue depth"),
     h("p", { class: "muted" }, "Runs the store records as queued, running or retrying now."),
     queues,

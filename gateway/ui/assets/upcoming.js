@@ -63,6 +63,39 @@ function heatTable(data) {
   );
 }
 
+/**
+ * Arrow keys, Home and End move through the heatmap's cells (one tab stop: a roving tabindex),
+ * and the focused cell's count is read out in `readout`.
+ */
+function keyboard(table, readout) {
+  const cells = () => [...table.querySelectorAll("tbody td")];
+  const rows = () => [...table.querySelectorAll("tbody tr")];
+  const show = (td) => {
+    for (const c of cells()) c.tabIndex = -1;
+    td.tabIndex = 0;
+    td.focus();
+    readout.textContent = td.title;
+  };
+  const first = cells().find((c) => Number(c.dataset.fires) > 0) ?? cells()[0];
+  if (first) first.tabIndex = 0;
+  table.addEventListener("focusin", (e) => {
+    if (e.target.matches("td")) readout.textContent = e.target.title;
+  });
+  table.addEventListener("keydown", (e) => {
+    const td = e.target.closest("td");
+    if (!td) return;
+    const tr = td.parentElement;
+    const r = rows().indexOf(tr);
+    const c = [...tr.querySelectorAll("td")].indexOf(td);
+    const at = (rr, cc) => rows()[rr]?.querySelectorAll("td")[cc];
+    const next = { ArrowRight: at(r, c + 1), ArrowLeft: at(r, c - 1), ArrowDown: at(r + 1, c), ArrowUp: at(r - 1, c), Home: at(r, 0), End: at(r, 23) }[e.key];
+    if (next) {
+      e.preventDefault();
+      show(next);
+    }
+  });
+}
+
 function marksList(data) {
   if (!data.marks.length) return h("p", { class: "muted", id: "dst-marks" }, "No fire time in these 7 days falls in a DST gap or fold.");
   return h(
@@ -121,8 +154,12 @@ export function renderUpcoming(main, params) {
       const transitions = data.transitions.length
         ? h("ul", { id: "transitions" }, data.transitions.map((t) => h("li", {}, `${inZone(t.at, data.timezone)}: UTC${t.offsetBeforeSeconds >= 0 ? "+" : ""}${t.offsetBeforeSeconds / 3600} → UTC${t.offsetAfterSeconds >= 0 ? "+" : ""}${t.offsetAfterSeconds / 3600}`)))
         : null;
+      const table = heatTable(data);
+      const readout = h("p", { id: "heat-cell", class: "muted", role: "status", "aria-live": "polite" }, "Arrow keys move through the hours; each one's count shows here.");
+      keyboard(table, readout);
       body.replaceChildren(
-        heatTable(data),
+        table,
+        readout,
         h("h2", {}, "DST changes"),
         transitions ?? h("p", { class: "muted" }, `${data.timezone} changes no offset in these 7 days.`),
         marksList(data),
