@@ -202,7 +202,7 @@ async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(
     await expect(admin.page.locator(f"#job-{bobs.id}")).to_have_count(0)
     await admin.page.get_by_label("All users").check()
     await expect(admin.page).to_have_url(f"{stack.url}/ui/?allUsers=true")
-    await expect(admin.page.locator(f"#job-{bobs.id}")).to_be_visible()
+    await expect(admin.page.locator(f"#job-{bobs.id}")).to_contain_text("owner bob")
     await expect(admin.page.locator(f"#job-{mine.id}")).to_be_visible()
     await admin.screenshot("jobs-all-users")
     admin.assert_clean()

@@ -35,13 +35,13 @@ function select(name, label, values, current) {
   );
 }
 
-function row(job) {
+function row(job, showOwner = false) {
   const zone = jobZone(job);
   const href = `/ui/jobs/${encodeURIComponent(job.id)}`;
   return h(
     "tr",
     { id: `job-${job.id}`, dataset: { jobId: job.id } },
-    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id))),
+    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id)), showOwner ? h("div", { class: "muted owner" }, `owner ${job.owner}`) : null),
     h("td", { class: "schedule" }, scheduleWords(job.schedule)),
     h("td", { class: "status" }, badge(job.status)),
     h("td", { class: "next" }, when(job.nextRunAt, zone)),
@@ -77,6 +77,7 @@ function reflects(job, event) {
 }
 
 export function renderJobs(main, params) {
+  const everyone = params.get("allUsers") === "true";
   const tbody = h("tbody", { id: "jobs-body" });
   const status = h("p", { class: "muted", role: "status", id: "jobs-status" }, "Loading…");
   const more = h("nav", { class: "pager", "aria-label": "Pages of jobs" });
@@ -171,7 +172,7 @@ export function renderJobs(main, params) {
   async function load() {
     const page = await api(`/jobs?${apiQuery(params)}`);
     if (stopped) return;
-    tbody.replaceChildren(...page.items.map(row));
+    tbody.replaceChildren(...page.items.map((j) => row(j, everyone)));
     count();
     const links = [];
     if (!firstPage) {
@@ -202,9 +203,9 @@ export function renderJobs(main, params) {
       existing?.remove();
       count();
     } else if (existing) {
-      existing.replaceWith(row(job));
+      existing.replaceWith(row(job, everyone));
     } else if (firstPage && matches(job, params)) {
-      tbody.prepend(row(job));
+      tbody.prepend(row(job, everyone));
       count();
     }
   }
