@@ -19,7 +19,7 @@ so a process holds only the passwords of the roles it runs:
 * ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``;
   ``$SRV`` discovery of the ``jobsched`` service only), publishes notices, events, manual runs
   and cancel markers; reads (never writes) the lease bucket and the work consumers' info for
-  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`).
+  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`) and the dashboard's Cluster page.
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
 * ``notifier``: pulls the status stream's ``notifier`` consumer (:mod:`actors.notifier`),
@@ -198,8 +198,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"{JS}.CONSUMER.INFO.{work}.*",
             f"{JS}.STREAM.INFO.KV_{cancels}",
             f"$KV.{cancels}.>",
-            f"{JS}.STREAM.INFO.KV_{leases}",
-            f"{JS}.STREAM.MSG.GET.KV_{leases}",
+            *_reads(f"KV_{leases}"),  # explain and the Cluster page read leases (no writes)
         ]
         service = ["$SRV.*", f"$SRV.*.{SERVICE_NAME}", f"$SRV.*.{SERVICE_NAME}.>"]
         subscribe = [inbox, f"{prefix}.api.>", *service]

@@ -22,12 +22,14 @@ from prometheus_client import CollectorRegistry
 
 from actors.health import Check, health_response, healthz, readiness
 from actors.metrics import Metrics, metrics_handler
+from core import heatmap
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
 from core.backfill import BackfillRequest
 from core.bulk import MAX_ERROR_FILTER, BulkCreate, BulkKind, RunQuery
 from core.clock import Clock
+from core.cluster import ClusterSource
 from core.errors import (
     ExecutionNotFound,
     FieldError,
@@ -51,7 +53,7 @@ from core.notifications import NotificationDefaultIn
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, RunInspector, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
-from gateway import dashboard, notifications
+from gateway import dashboard, notifications, stats
 from gateway.auth import principal_from_authorization
 from gateway.bulk import BulkRunner
 from gateway.cors import enable_cors, is_preflight
@@ -92,7 +94,9 @@ class GatewayDeps:
     cancellation markers on it; ``live_status`` the status stream on its live-status connection
     (``GET /ws``: the status feed and replays), kept apart so that WebSocket traffic can never
     delay or cost the API's (None: no live status); ``inspector`` the read-only looks at
-    queues and leases of ``GET /jobs/{id}/explain`` (None: reported unavailable).
+    queues and leases of ``GET /jobs/{id}/explain`` (None: reported unavailable); ``cluster``
+    reads the leases and work consumers for ``GET /cluster`` (None: that page shows the
+    store's side only).
     """
 
     store: JobStore
@@ -105,6 +109,7 @@ class GatewayDeps:
     live_status: StatusStream | None = None
     metrics: Metrics | None = None
     inspector: RunInspector | None = None
+    cluster: ClusterSource | None = None
 
 
 DEPS = web.AppKey("deps", GatewayDeps)
@@ -186,6 +191,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     dashboard.add_routes(app)
+    stats.add_routes(app)
     enable_cors(app, deps.config)
     return app
 
@@ -407,13 +413,15 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 async def upcoming(request: web.Request) -> web.Response:
-    """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC)."""
+    """``GET /jobs/{id}/upcoming?count=N``: the job's next scheduled times (UTC), and ``marks``:
+    those a DST transition shifts, doubles or drops, with the rule that applied
+    (:func:`core.heatmap.marks_of`)."""
     _only(request.query, {"count"})
     count = _int_param(request.query, "count", default=10, low=1, high=MAX_PREVIEW)
-    times = await request.app[SERVICE].upcoming(
-        request[PRINCIPAL], request.match_info["job_id"], count
-    )
-    return json_response({"fireTimes": times})
+    service, who, job_id = request.app[SERVICE], request[PRINCIPAL], request.match_info["job_id"]
+    times = await service.upcoming(who, job_id, count)
+    marks = heatmap.marks_of((await service.get(who, job_id)).schedule, times) if times else []
+    return json_response({"fireTimes": times, "marks": marks})
 
 
 async def explain_job(request: web.Request) -> web.Response:

@@ -18,7 +18,9 @@ import msgspec
 from core.audit import AuditRecord
 from core.backfill import BackfillRequest, BackfillResult
 from core.bulk import BulkAction, BulkCreate
+from core.cluster import ClusterView
 from core.explain import Explanation
+from core.heatmap import DstMark, UpcomingHeatmap
 from core.model import (
     Execution,
     ExecutionStatus,
@@ -36,6 +38,7 @@ from core.notifications import (
     NotificationDefault,
     NotificationDefaultIn,
 )
+from core.stats import StatsOverview
 from gateway import dashboard
 
 REF = "#/components/schemas/{name}"
@@ -45,6 +48,13 @@ class FireTimes(msgspec.Struct, rename="camel"):
     """Fire times, aware UTC."""
 
     fire_times: list[Instant]
+
+
+class JobFireTimes(msgspec.Struct, rename="camel"):
+    """A job's next fire times (aware UTC) and the DST marks among them."""
+
+    fire_times: list[Instant]
+    marks: list[DstMark]
 
 
 class TaskInfo(msgspec.Struct, rename="camel"):
@@ -122,6 +132,9 @@ OPERATION_IDS = {
     ("get", "/bulk/{bulk_id}"): "getBulk",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
+    ("get", "/stats/overview"): "getStatsOverview",
+    ("get", "/stats/upcoming"): "getStatsUpcoming",
+    ("get", "/cluster"): "getCluster",
 }
 """Every operation's id: ``verbNoun``, as generators turn them into method names."""
 
@@ -138,6 +151,8 @@ TAGS = (
     ("/schedules", "schedules"),
     ("/tasks", "tasks"),
     ("/me/notifications", "notifications"),
+    ("/stats", "stats"),
+    ("/cluster", "cluster"),
     ("/", "health"),
 )
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
@@ -320,9 +335,9 @@ ROUTES: list[Route] = [
     Route(
         "get",
         "/jobs/{job_id}/upcoming",
-        "A job's next scheduled times",
+        "A job's next scheduled times, with marks where DST shifts, doubles or drops one",
         200,
-        FireTimes,
+        JobFireTimes,
         params=[ID, COUNT],
         problems=(401, 403, 404, 422, 503),
     ),
@@ -414,6 +429,29 @@ ROUTES: list[Route] = [
         problems=(401, 403, 422, 503),
     ),
     Route(
+        "get",
+        "/stats/overview",
+        "The last hour of your runs: per minute by final status, failure rate, "
+        "schedule-to-start delay p50/p95/p99, unfinished runs per queue",
+        200,
+        StatsOverview,
+        params=[OWNER, ALL_USERS],
+        problems=(401, 403, 422, 503),
+    ),
+    Route(
+        "get",
+        "/stats/upcoming",
+        "A 7-day heatmap by hour of your jobs' fire times, with DST marks",
+        200,
+        UpcomingHeatmap,
+        params=[
+            Param("timezone", {"type": "string", "default": "UTC"}, "The heatmap's IANA zone."),
+            OWNER,
+            ALL_USERS,
+        ],
+        problems=(401, 403, 422, 503),
+    ),
+    Route(
         "post",
         "/jobs/{job_id}/executions/{execution_id}/replay",
         "Replay a finished run: a new run (new id, replayOf = this one), dispatched now",
@@ -462,6 +500,15 @@ ROUTES: list[Route] = [
         ],
         problems=(401, 403, 404, 503),
     ),
+    Route(
+        "get",
+        "/cluster",
+        "Admins: schedulers and their partition leases, queues and their depth, workers and "
+        "their in-flight runs",
+        200,
+        ClusterView,
+        problems=(401, 403, 422, 503),
+    ),
     Route("get", "/healthz", "The process is alive", 200, Health, problems=(), public=True),
     Route("get", "/readyz", "NATS and the store answer", 200, Health, problems=(503,), public=True),
 ]
@@ -492,7 +539,8 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     types = [Job, JobCreate, JobPatch, Execution, Page[Job], Page[Execution], Problem, Health,
              FireTimes, TaskList, Page[AuditRecord], Explanation, NotificationAttemptList,
              NotificationDefault, NotificationDefaultIn, BackfillRequest, BackfillResult,
-             BulkCreate, BulkAction]  # fmt: skip
+             BulkCreate, BulkAction, StatsOverview, UpcomingHeatmap, JobFireTimes,
+             ClusterView]  # fmt: skip
     (_, *_refs), components = msgspec.json.schema_components(types, ref_template=REF)
     names = {t: _name(t) for t in types}
     paths: dict[str, dict[str, Any]] = {}

@@ -33,6 +33,7 @@ from actors.worker import Worker
 from bus.auth import Credentials, credentials_file_name, read_credentials
 from bus.callout import AuthCallout, Authenticate, Grant, Issuer, read_issuer
 from bus.cancel import CancelMarkers
+from bus.cluster import ClusterReader
 from bus.inspect import BusInspector
 from bus.leases import LeaseBucket
 from bus.micro import MicroHost
@@ -521,6 +522,12 @@ def gateway_actors(parts: Parts, secret: str) -> tuple[Gateway, NatsApi]:
         live_status=LiveStream(parts.buses[Connection.LIVE]),
         metrics=parts.metrics,
         inspector=BusInspector(api_bus),
+        cluster=ClusterReader(
+            api_bus,
+            lease_ttl_seconds=settings.scheduler.lease_ttl_seconds,
+            partitions=settings.scheduler.partitions,
+            queues=settings.worker.queues,
+        ),
     )
     app = create_app(deps)
     return Gateway(app, settings.http.host, settings.http.port), NatsApi(

@@ -51,6 +51,11 @@ CASES = [
         ["--every", "0.2", "--duration", "1", "--limit", "3", "--sample", "0.5"],
         "records",
     ),
+    (
+        "dashboard",
+        ["--jobs", "60", "--other-jobs", "10", "--runs", "600", "--repeat", "2", "--warmup", "1"],
+        "page data",
+    ),
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]

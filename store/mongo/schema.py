@@ -346,3 +346,65 @@ async def create_indexes(db: AsyncDatabase[Document]) -> None:
             if error is not None:
                 raise error from None
             raise
+
+
+STARTED = {"startedAt": {"$type": "date"}}
+"""Partial filter of the started-runs indexes: only runs whose first attempt started."""
+
+STATS_INDEXES: tuple[IndexSpec, ...] = (
+    IndexSpec(
+        EXECUTIONS,
+        "executions_stats_owner_finished",
+        (("owner", ASCENDING), ("finishedAt", ASCENDING), ("status", ASCENDING)),
+        "run_stats of one user: runs finished in a window, by minute and status",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_stats_finished",
+        (("finishedAt", ASCENDING), ("status", ASCENDING)),
+        "run_stats of every user (admins): runs finished in a window",
+        partial=FINISHED,
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_stats_owner_started",
+        (("owner", ASCENDING), ("startedAt", ASCENDING), ("scheduledFor", ASCENDING)),
+        "run_stats of one user: schedule-to-start delay of the runs started in a window",
+        partial=STARTED,
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_stats_started",
+        (("startedAt", ASCENDING), ("scheduledFor", ASCENDING)),
+        "run_stats of every user (admins): schedule-to-start delay",
+        partial=STARTED,
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_stats_owner_open",
+        (("owner", ASCENDING), ("queue", ASCENDING), ("status", ASCENDING)),
+        "run_stats of one user: unfinished runs per queue and status (every user's: "
+        "executions_open)",
+        partial=UNFINISHED,
+    ),
+)
+"""The indexes of the dashboard's statistics (:mod:`store.mongo.stats`), created with the
+others (new names only)."""
+STATS_INDEXES += (
+    IndexSpec(
+        JOBS,
+        "jobs_stats_owner_next",
+        (("owner", ASCENDING), ("nextRunAt", ASCENDING)),
+        "scheduled_jobs of one user: jobs with a next run before a time (the Upcoming heatmap)",
+        partial=DUE,
+    ),
+    IndexSpec(
+        JOBS,
+        "jobs_stats_next",
+        (("nextRunAt", ASCENDING),),
+        "scheduled_jobs of every user (admins)",
+        partial=DUE,
+    ),
+)
+INDEXES = (*INDEXES, *STATS_INDEXES)

@@ -19,6 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
+from core.cluster import InFlightRun
 from core.errors import (
     ConfigError,
     Conflict,
@@ -27,6 +28,7 @@ from core.errors import (
     StoreRejected,
     StoreUnavailable,
 )
+from core.heatmap import ScheduledGroup
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.labels import label_terms
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
@@ -43,6 +45,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Bucket, TokenRequest, take_all
+from core.stats import RunStats
 from core.values import storable_event
 from store.dispatching import advanced
 from store.mongo.documents import (
@@ -96,6 +99,7 @@ from store.mongo.schema import (
     create_indexes,
     database_name,
 )
+from store.mongo.stats import run_stats, running_runs, scheduled_groups
 from store.mongo_errors import duplicate_index, duplicate_indexes, translated
 from store.pages import Keyset
 from store.rows import RowReader
@@ -769,6 +773,20 @@ class MongoStore(MongoNotifications, MongoRuns):
             return 0
         with translated("count jobs"):
             return await self._jobs.count_documents({"owner": owner, "status": {"$in": values}})
+
+    async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
+        """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.mongo.stats`)."""
+        return await run_stats(self._executions, owner, since, until)
+
+    async def scheduled_groups(
+        self, owner: str | None, until: datetime, *, limit: int
+    ) -> list[ScheduledGroup]:
+        """See :meth:`core.stats.StatsStore.scheduled_groups` (:mod:`store.mongo.stats`)."""
+        return await scheduled_groups(self._jobs, owner, until, limit=limit)
+
+    async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
+        """See :meth:`core.stats.StatsStore.running_runs`."""
+        return await running_runs(self._executions, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Per round: read the buckets, decide

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
+from core.cluster import InFlightRun
 from core.errors import Conflict, JobNotFound, NameTaken, StoreRejected, StoreUnavailable
+from core.heatmap import ScheduledGroup
 from core.history import NEVER_RAN, observes_attempt, record_attempts
 from core.model import DeadLetter, Execution, ExecutionStatus, Job, JobStatus, Page, StatusEvent
 from core.ports import (
@@ -35,6 +37,7 @@ from core.ports import (
     PruneTarget,
 )
 from core.quotas import Bucket, TokenRequest, take_all
+from core.stats import RunStats
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
 from store.dispatching import JobState, advanced
@@ -83,6 +86,7 @@ from store.sqlite.schema import (
     TENANCY_SCHEMA,
     UPSERT_EVENT,
 )
+from store.sqlite.stats import STATS_SCHEMA, run_stats, running_runs, scheduled_groups
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,6 +137,7 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
                 await writer.executescript(TENANCY_SCHEMA)
                 await writer.executescript(NOTIFICATION_SCHEMA)
                 await writer.executescript(RUNS_SCHEMA)
+                await writer.executescript(STATS_SCHEMA)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):
@@ -751,6 +756,20 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             f"SELECT COUNT(*) FROM jobs WHERE owner = ? AND status IN ({marks})", [owner, *values]
         )
         return int(rows[0][0])
+
+    async def run_stats(self, owner: str | None, since: datetime, until: datetime) -> RunStats:
+        """See :meth:`core.stats.StatsStore.run_stats` (:mod:`store.sqlite.stats`)."""
+        return await run_stats(self._fetch, owner, since, until)
+
+    async def scheduled_groups(
+        self, owner: str | None, until: datetime, *, limit: int
+    ) -> list[ScheduledGroup]:
+        """See :meth:`core.stats.StatsStore.scheduled_groups` (:mod:`store.sqlite.stats`)."""
+        return await scheduled_groups(self._fetch, owner, until, limit=limit)
+
+    async def running_runs(self, *, limit: int) -> list[tuple[str, InFlightRun]]:
+        """See :meth:`core.stats.StatsStore.running_runs`."""
+        return await running_runs(self._fetch, limit=limit)
 
     async def take_tokens(self, requests: Sequence[TokenRequest], *, now: datetime) -> list[float]:
         """See :meth:`core.ports.JobStore.take_tokens`. Concurrent calls share one transaction,

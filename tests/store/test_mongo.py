@@ -870,6 +870,7 @@ async def run_every_query(store: MongoStore) -> None:
     await store.dead_letters(limit=5)
     await _tenancy_queries(store, pause)
     await _label_queries(store)
+    await _dashboard_queries(store)
     for pipeline in (
         runs_by_status_per_hour(T0, at(60)),
         runs_by_status_per_hour(T0, at(60), owner="alice"),
@@ -882,6 +883,14 @@ async def run_every_query(store: MongoStore) -> None:
     ):
         await (await store.database[EXECUTIONS].aggregate(pipeline)).to_list()
     await _run_queries(store)
+
+
+async def _dashboard_queries(store: MongoStore) -> None:
+    """The queries of the dashboard's Overview, Upcoming and Cluster (store/mongo/stats.py)."""
+    for who in ("alice", None):
+        await store.run_stats(who, T0, at(60))
+        await store.scheduled_groups(who, at(60), limit=10)
+    await store.running_runs(limit=10)
 
 
 async def _run_queries(store: MongoStore) -> None:

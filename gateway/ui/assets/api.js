@@ -27,6 +27,16 @@ export function tokenUser(value = token()) {
   }
 }
 
+/** The token's role claim ("user" when absent), for display only (the server decides). */
+export function tokenRole(value = token()) {
+  try {
+    const payload = value.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(payload)).role ?? "user";
+  } catch {
+    return "user";
+  }
+}
+
 export class ApiError extends Error {
   constructor(status, problem) {
     super(problem?.detail || problem?.title || `HTTP ${status}`);

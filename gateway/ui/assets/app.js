@@ -1,10 +1,13 @@
 // The dashboard's entry: sign-in, the header, and routing on the path under /ui/.
-import { api, ApiError, signIn, signOut, token, tokenUser } from "./api.js";
+import { api, ApiError, signIn, signOut, token, tokenRole, tokenUser } from "./api.js";
 import { h, tick } from "./format.js";
+import { renderCluster } from "./cluster.js";
 import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
+import { renderOverview } from "./overview.js";
 import { renderRun } from "./run.js";
 import { navigate } from "./shell.js";
+import { renderUpcoming } from "./upcoming.js";
 
 const main = document.getElementById("main");
 let cleanup = null;
@@ -60,6 +63,12 @@ function header() {
   const user = token() ? tokenUser() : null;
   document.getElementById("who").textContent = user ? `signed in as ${user}` : "";
   document.getElementById("sign-out").hidden = !user;
+  document.getElementById("nav-cluster").hidden = !user || tokenRole() !== "admin";
+  const here = location.pathname.replace(/^\/ui\/?/, "").split("/")[0] || "jobs";
+  for (const a of document.querySelectorAll(".top nav a")) {
+    if (a.dataset.page === here) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
   if (!user) document.getElementById("live").hidden = true;
 }
 
@@ -78,6 +87,12 @@ function route() {
   let m;
   if (path === "" || path === "jobs") {
     cleanup = renderJobs(main, params);
+  } else if (path === "overview") {
+    cleanup = renderOverview(main, params);
+  } else if (path === "upcoming") {
+    cleanup = renderUpcoming(main, params);
+  } else if (path === "cluster") {
+    cleanup = renderCluster(main);
   } else if ((m = /^jobs\/([^/]+)$/.exec(path))) {
     cleanup = renderJob(main, decodeURIComponent(m[1]));
   } else if ((m = /^jobs\/([^/]+)\/runs\/([^/]+)$/.exec(path))) {

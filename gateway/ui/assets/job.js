@@ -56,14 +56,37 @@ function summary(job) {
   );
 }
 
-function upcomingTable(times, zone) {
+const DST_WORDS = {
+  shifted: "DST gap: runs at its end",
+  skipped: "DST gap: does not run",
+  "fold-first": "DST fold: 1st pass",
+  "fold-second": "DST fold: 2nd pass",
+};
+
+function upcomingTable(times, zone, marks = []) {
   if (!times.length) return h("p", { class: "muted" }, "No run is scheduled.");
   const zones = zone === "UTC" ? ["UTC"] : ["UTC", zone];
+  const byTime = new Map(marks.filter((m) => m.kind !== "skipped").map((m) => [m.at, m]));
+  const rows = times.map((t) => ({ t, mark: byTime.get(t) ?? null, skipped: false }));
+  for (const m of marks.filter((m) => m.kind === "skipped")) rows.push({ t: m.at, mark: m, skipped: true });
+  rows.sort((a, b) => new Date(a.t) - new Date(b.t));
+  const note = (r) => (r.mark ? h("span", { class: "dst-mark" }, `◆ ${DST_WORDS[r.mark.kind] ?? r.mark.kind} (${r.mark.rule})`) : null);
   return h(
     "table",
     { class: "grid", id: "upcoming" },
-    h("thead", {}, h("tr", {}, zones.map((z) => h("th", { scope: "col" }, z)))),
-    h("tbody", {}, times.map((t) => h("tr", {}, zones.map((z) => h("td", { class: "t" }, inZone(t, z)))))),
+    h("thead", {}, h("tr", {}, zones.map((z) => h("th", { scope: "col" }, z)), marks.length ? h("th", { scope: "col" }, "DST") : null)),
+    h(
+      "tbody",
+      {},
+      rows.map((r) =>
+        h(
+          "tr",
+          { class: r.skipped ? "skipped-occurrence" : null, dataset: r.mark ? { dst: r.mark.kind } : {} },
+          zones.map((z) => h("td", { class: "t" }, r.skipped ? h("s", {}, inZone(r.t, z)) : inZone(r.t, z))),
+          marks.length ? h("td", {}, note(r)) : null,
+        ),
+      ),
+    ),
   );
 }
 
@@ -157,8 +180,8 @@ export function renderJob(main, jobId) {
     head.replaceChildren(summary(job));
     document.getElementById("spec-body").replaceChildren(spec(job));
     showControls();
-    const times = job.nextRunAt ? (await api(`${base}/upcoming?count=10`)).fireTimes : [];
-    if (!stopped) document.getElementById("upcoming-body").replaceChildren(upcomingTable(times, jobZone(job)));
+    const next = job.nextRunAt ? await api(`${base}/upcoming?count=10`) : { fireTimes: [], marks: [] };
+    if (!stopped) document.getElementById("upcoming-body").replaceChildren(upcomingTable(next.fireTimes, jobZone(job), next.marks ?? []));
   }
 
   async function loadRuns() {

@@ -1,18 +1,20 @@
 // Jobs: the user's jobs, filtered by the URL's query, a page at a time, updated live.
-import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
+import { api, LiveFeed, loadFresh, serialized, TERMINAL, tokenRole } from "./api.js";
 import { badge, h, jobZone, scheduleWords, shortId, when } from "./format.js";
 import { liveState, navigate } from "./shell.js";
 
 const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"];
 const RUN_STATUSES = ["QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"];
-const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId" };
+const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId", createdFrom: "startTime", createdTo: "endTime", allUsers: "allUsers" };
 // URL query name → API query name. The URL keeps the dashboard's names so a link reads well.
 
 function apiQuery(params) {
   const q = new URLSearchParams();
   for (const [name, apiName] of Object.entries(FILTERS)) {
     const v = params.get(name);
-    if (v) q.set(apiName, v);
+    if (!v) continue;
+    // a date from the date picker is the start of that day in UTC (the API takes RFC 3339)
+    q.set(apiName, /^\d{4}-\d\d-\d\d$/.test(v) ? `${v}T00:00:00Z` : v);
   }
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   q.set("limit", params.get("limit") || "50");
@@ -33,13 +35,13 @@ function select(name, label, values, current) {
   );
 }
 
-function row(job) {
+function row(job, showOwner = false) {
   const zone = jobZone(job);
   const href = `/ui/jobs/${encodeURIComponent(job.id)}`;
   return h(
     "tr",
     { id: `job-${job.id}`, dataset: { jobId: job.id } },
-    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id))),
+    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id)), showOwner ? h("div", { class: "muted owner" }, `owner ${job.owner}`) : null),
     h("td", { class: "schedule" }, scheduleWords(job.schedule)),
     h("td", { class: "status" }, badge(job.status)),
     h("td", { class: "next" }, when(job.nextRunAt, zone)),
@@ -55,7 +57,12 @@ function row(job) {
 
 /** Whether a job belongs in the table under the URL's filters (for live insertion only). */
 function matches(job, params) {
+  const day = (v) => (/^\d{4}-\d\d-\d\d$/.test(v) ? `${v}T00:00:00Z` : v);
+  const from = params.get("createdFrom");
+  const to = params.get("createdTo");
   return (
+    (!from || new Date(job.createdAt) >= new Date(day(from))) &&
+    (!to || new Date(job.createdAt) < new Date(day(to))) &&
     (!params.get("status") || job.status === params.get("status")) &&
     (!params.get("lastRunStatus") || job.lastRunStatus === params.get("lastRunStatus")) &&
     (!params.get("task") || job.taskId === params.get("task"))
@@ -70,6 +77,7 @@ function reflects(job, event) {
 }
 
 export function renderJobs(main, params) {
+  const everyone = params.get("allUsers") === "true";
   const tbody = h("tbody", { id: "jobs-body" });
   const status = h("p", { class: "muted", role: "status", id: "jobs-status" }, "Loading…");
   const more = h("nav", { class: "pager", "aria-label": "Pages of jobs" });
@@ -85,14 +93,43 @@ export function renderJobs(main, params) {
       h("select", { name: "task", id: "filter-task" }, h("option", { value: "" }, "any"),
         params.get("task") ? h("option", { value: params.get("task"), selected: true }, params.get("task")) : null),
     ),
+    h("label", {}, "Created from ", h("input", { type: "date", name: "createdFrom", id: "filter-createdFrom", value: params.get("createdFrom") ?? "" })),
+    h("label", {}, "before ", h("input", { type: "date", name: "createdTo", id: "filter-createdTo", value: params.get("createdTo") ?? "" })),
+    tokenRole() === "admin"
+      ? h("label", {}, h("input", { type: "checkbox", name: "allUsers", id: "filter-allUsers", value: "true", checked: params.get("allUsers") === "true" }), " All users")
+      : null,
     h("button", { type: "submit" }, "Apply"),
     h("a", { href: "/ui/", class: "button-link" }, "Clear"),
   );
+  const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id", spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
+  const found = h("span", { id: "job-search-result", role: "status", class: "muted" });
+  const finder = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Find a job by id" },
+    h("label", { for: "job-search" }, "Go to job "),
+    search,
+    h("button", { type: "submit" }, "Go"),
+    found,
+  );
+  finder.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const id = search.value.trim();
+    if (!id) return;
+    try {
+      const job = await api(`/jobs/${encodeURIComponent(id)}`);
+      navigate(`/ui/jobs/${encodeURIComponent(job.id)}`);
+    } catch (err) {
+      found.textContent = err.status === 404 ? `No job ${id} of yours.` : err.message;
+      search.focus();
+    }
+  });
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     const q = new URLSearchParams();
     for (const name of Object.keys(FILTERS)) {
-      const v = form.elements[name].value;
+      const el = form.elements[name];
+      if (!el) continue;
+      const v = el.type === "checkbox" ? (el.checked ? "true" : "") : el.value;
       if (v) q.set(name, v);
     }
     navigate(`/ui/${q.toString() ? `?${q}` : ""}`);
@@ -100,6 +137,7 @@ export function renderJobs(main, params) {
   form.addEventListener("change", () => form.requestSubmit());
   main.append(
     h("h1", {}, "Jobs"),
+    finder,
     form,
     h(
       "table",
@@ -134,7 +172,7 @@ export function renderJobs(main, params) {
   async function load() {
     const page = await api(`/jobs?${apiQuery(params)}`);
     if (stopped) return;
-    tbody.replaceChildren(...page.items.map(row));
+    tbody.replaceChildren(...page.items.map((j) => row(j, everyone)));
     count();
     const links = [];
     if (!firstPage) {
@@ -165,9 +203,9 @@ export function renderJobs(main, params) {
       existing?.remove();
       count();
     } else if (existing) {
-      existing.replaceWith(row(job));
+      existing.replaceWith(row(job, everyone));
     } else if (firstPage && matches(job, params)) {
-      tbody.prepend(row(job));
+      tbody.prepend(row(job, everyone));
       count();
     }
   }

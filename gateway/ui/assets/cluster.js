@@ -1,0 +1,155 @@
+// Cluster (admins): schedulers and the partitions they lease (with each lease's expiry),
+// queues and their depth, workers and their in-flight runs — GET /cluster, one request.
+import { api, LiveFeed } from "./api.js";
+import { hbars } from "./charts.js";
+import { h, inZone, relative, shortId, when } from "./format.js";
+import { liveState } from "./shell.js";
+
+function schedulers(bus) {
+  if (!bus.members.length) return h("p", { class: "muted", id: "schedulers" }, "No scheduler holds a lease or sends a heartbeat.");
+  const leases = new Map(bus.leases.map((l) => [l.partition, l]));
+  return h(
+    "div",
+    { class: "cards", id: "schedulers" },
+    bus.members.map((m) =>
+      h(
+        "section",
+        { class: "card", dataset: { scheduler: m.scheduler }, "aria-label": `Scheduler ${m.scheduler}` },
+        h("h3", { class: "mono" }, m.scheduler),
+        h("p", { class: "muted" }, m.heartbeatAt ? ["heartbeat ", when(m.heartbeatAt)] : "no heartbeat key (its leases only)"),
+        h("p", {}, `${m.partitions.length} of ${bus.partitions} partitions`),
+        h(
+          "ul",
+          { class: "partitions", "aria-label": "Leased partitions" },
+          m.partitions.map((p) => {
+            const l = leases.get(p);
+            const expires = l?.expiresAt ? `expires ${inZone(l.expiresAt)} (${relative(l.expiresAt)}), revision ${l.revision}` : "";
+            return h("li", { title: `partition ${p}: ${expires}`, dataset: { partition: String(p) } }, String(p));
+          }),
+        ),
+      ),
+    ),
+  );
+}
+
+function leaseTable(bus) {
+  return h(
+    "table",
+    { class: "grid", id: "leases" },
+    h("caption", { class: "visually-hidden" }, "Partition leases"),
+    h("thead", {}, h("tr", {}, ["Partition", "Scheduler", "Renewed", "Expires unless renewed", "Revision"].map((c) => h("th", { scope: "col" }, c)))),
+    h(
+      "tbody",
+      {},
+      bus.leases.map((l) =>
+        h("tr", { dataset: { partition: String(l.partition) } },
+          h("td", { class: "num" }, String(l.partition)),
+          h("td", { class: "mono" }, l.owner),
+          h("td", {}, when(l.renewedAt)),
+          h("td", { class: "expires" }, when(l.expiresAt)),
+          h("td", { class: "num" }, String(l.revision))),
+      ),
+    ),
+  );
+}
+
+function queues(bus) {
+  if (!bus.queues.length) return h("p", { class: "muted" }, "No queue configured.");
+  return [
+    hbars({
+      id: "cluster-queues-chart",
+      name: "Work queue depth",
+      rows: bus.queues.map((q) => ({
+        label: q.queue,
+        parts: [
+          { value: q.pending, cls: "bar-queued", title: `${q.queue}: ${q.pending} waiting for a worker` },
+          { value: q.inFlight, cls: "bar-running", title: `${q.queue}: ${q.inFlight} delivered, not yet acknowledged` },
+        ],
+      })),
+    }),
+    h(
+      "table",
+      { class: "grid", id: "cluster-queues" },
+      h("thead", {}, h("tr", {}, ["Queue", "Waiting", "In flight", "Idle worker fetches"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, bus.queues.map((q) => h("tr", { dataset: { queue: q.queue } },
+        h("td", {}, q.queue, q.exists ? null : h("span", { class: "muted" }, " (no worker has consumed it yet)")),
+        h("td", { class: "num pending" }, String(q.pending)),
+        h("td", { class: "num" }, String(q.inFlight)),
+        h("td", { class: "num" }, String(q.waitingPulls))))),
+    ),
+  ];
+}
+
+function workers(view) {
+  if (!view.workers.length) return h("p", { class: "muted", id: "workers" }, "No run is running now (a worker is known by its runs).");
+  return h(
+    "table",
+    { class: "grid", id: "workers" },
+    h("thead", {}, h("tr", {}, ["Worker", "Run", "Task", "Owner", "Queue", "Attempt", "Started"].map((c) => h("th", { scope: "col" }, c)))),
+    h(
+      "tbody",
+      {},
+      view.workers.flatMap((w) =>
+        w.runs.map((r, i) =>
+          h("tr", { dataset: { worker: w.workerId } },
+            h("td", { class: "mono" }, i ? "" : `${w.workerId} (${w.runs.length})`),
+            h("td", {}, h("a", { class: "mono", href: `/ui/jobs/${encodeURIComponent(r.jobId)}/runs/${encodeURIComponent(r.executionId)}` }, shortId(r.executionId))),
+            h("td", {}, r.taskId),
+            h("td", {}, r.owner),
+            h("td", {}, r.queue),
+            h("td", { class: "num" }, String(r.attempt)),
+            h("td", {}, when(r.startedAt))),
+        ),
+      ),
+    ),
+  );
+}
+
+export function renderCluster(main) {
+  const status = h("p", { class: "muted", role: "status", id: "cluster-status" }, "Loading…");
+  const body = h("div", { id: "cluster" });
+  const refresh = h("button", { type: "button", id: "cluster-refresh" }, "Refresh");
+  main.append(h("h1", {}, "Cluster"), h("div", { class: "controls" }, refresh), status, body);
+  let stopped = false;
+  let timer = null;
+
+  async function load() {
+    timer = null;
+    try {
+      const view = await api("/cluster");
+      if (stopped) return;
+      const bus = view.bus;
+      status.textContent = `As of ${inZone(view.at)}.${view.truncated ? " More runs are in flight than shown." : ""}`;
+      status.classList.remove("error");
+      body.replaceChildren(
+        ...(bus
+          ? [
+              h("h2", {}, `Schedulers (lease TTL ${bus.leaseTtlSeconds} s)`),
+              schedulers(bus),
+              view.unleased.length ? h("p", { class: "error", id: "unleased" }, `Unleased partitions: ${view.unleased.join(", ")}`) : h("p", { class: "muted", id: "unleased" }, "Every partition is leased."),
+              h("details", {}, h("summary", {}, `All ${bus.leases.length} leases`), leaseTable(bus)),
+              h("h2", {}, "Queues"),
+              ...queues(bus),
+            ]
+          : [h("p", { class: "muted" }, "This gateway runs without NATS: no leases or queues to show.")]),
+        h("h2", {}, "Workers and their in-flight runs"),
+        workers(view),
+      );
+    } catch (e) {
+      status.textContent = e.status === 403 ? "Only an admin may see the cluster." : `Cannot load the cluster: ${e.message}`;
+      status.classList.add("error");
+    }
+  }
+  refresh.addEventListener("click", load);
+  // A run starting or ending changes the workers and queues: reload, at most once per 2 s.
+  const soon = () => {
+    if (!timer && !stopped) timer = setTimeout(load, 2000);
+  };
+  const feed = new LiveFeed({ onEvent: (e) => e.kind === "run" && soon(), onState: liveState, onResync: soon }).start();
+  load();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    feed.stop();
+  };
+}
