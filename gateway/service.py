@@ -24,6 +24,7 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
+from core.concurrency import check_concurrency
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.ids import new_job_id, partition_of
 from core.model import (
@@ -161,7 +162,9 @@ class JobService:
             schedule=sched,
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
+            max_concurrent=body.max_concurrent or 1,
         )
+        check_concurrency(body.concurrency_key, body.max_concurrent, body.parameters)
         return Job(
             **spec_values(options),
             id=job_id,
@@ -447,6 +450,7 @@ class JobService:
         max_attempts = patch.max_attempts or job.max_attempts
         self._check_attempts(max_attempts)
         new_spec = patched_spec(job.spec, patch, schedule=schedule)
+        check_concurrency(new_spec.concurrency_key, patch.max_concurrent, new_spec.parameters)
         job = await self.store.update_job(
             owner,
             job_id,
