@@ -329,9 +329,7 @@ def release(state: SlotState | None, execution_id: str, now_ms: int) -> SlotStat
     return live(msgspec.structs.replace(state, holders=holders, waiters=waiters), now_ms)
 
 
-def renew(
-    state: SlotState | None, request: SlotRequest, now_ms: int, lease_ms: int
-) -> SlotState:
+def renew(state: SlotState | None, request: SlotRequest, now_ms: int, lease_ms: int) -> SlotState:
     """``state`` with the slot of ``request`` re-leased until ``now_ms + lease_ms``.
 
     A holder whose entry is gone (its lease expired while its worker could not reach NATS) is

@@ -130,10 +130,10 @@ def test_an_earlier_scheduled_run_goes_first_whoever_asked_first() -> None:
     state = acquire(None, req("r5"), T0, LEASE_MS).state
     state = acquire(state, req("r9"), T0, LEASE_MS).state  # waits
     state = acquire(state, req("r7"), T0 + 1, LEASE_MS).state  # waits, ahead of r9
-    state = release(state, "r5", T0 + 2)
-    assert state is not None
-    assert acquire(state, req("r9"), T0 + 2, LEASE_MS).outcome == Outcome.WAITING
-    assert acquire(state, req("r7"), T0 + 2, LEASE_MS).outcome == Outcome.ACQUIRED
+    freed = release(state, "r5", T0 + 2)
+    assert freed is not None
+    assert acquire(freed, req("r9"), T0 + 2, LEASE_MS).outcome == Outcome.WAITING
+    assert acquire(freed, req("r7"), T0 + 2, LEASE_MS).outcome == Outcome.ACQUIRED
 
 
 def test_a_redelivered_run_keeps_its_slot_on_another_worker() -> None:
@@ -170,10 +170,10 @@ def test_a_dead_waiter_does_not_block_the_queue_forever() -> None:
     state = acquire(None, req("r1"), T0, LEASE_MS).state
     state = acquire(state, req("r2", worker="dead"), T0, LEASE_MS).state
     state = acquire(state, req("r3"), T0, LEASE_MS).state
-    state = release(state, "r1", T0 + 1)
-    assert state is not None
-    assert acquire(state, req("r3"), T0 + 1, LEASE_MS).outcome == Outcome.WAITING
-    assert acquire(state, req("r3"), T0 + LEASE_MS, LEASE_MS).outcome == Outcome.ACQUIRED
+    freed = release(state, "r1", T0 + 1)
+    assert freed is not None
+    assert acquire(freed, req("r3"), T0 + 1, LEASE_MS).outcome == Outcome.WAITING
+    assert acquire(freed, req("r3"), T0 + LEASE_MS, LEASE_MS).outcome == Outcome.ACQUIRED
 
 
 def test_skip_policy_never_queues() -> None:
