@@ -361,7 +361,7 @@ class Worker:
         try:
             outcome = await self._parked(wait.take())
             if outcome == Outcome.SKIPPED:
-                await self._skipped(d, run, attempt, wait)
+                await self._skipped(d, run, wait)
                 return
             if self.markers is not None and self.markers.is_cancelled(run.job_id, run.execution_id):
                 await self._cancelled(d, run, attempt, started=None)
@@ -406,12 +406,12 @@ class Worker:
                 self._active -= 1
             raise
 
-    async def _skipped(self, d: Delivery, run: RunMessage, attempt: int, wait: SlotWait) -> None:
+    async def _skipped(self, d: Delivery, run: RunMessage, wait: SlotWait) -> None:
         """``concurrencyPolicy: skip`` and every slot taken: the run is recorded SKIPPED."""
         now = self.clock.now()
         await self._report(
             msgspec.structs.replace(
-                self._event_base(run, attempt, None),
+                self._event_base(run, 0, None),  # it never had an attempt
                 status=ExecutionStatus.SKIPPED,
                 at=now,
                 finished_at=now,

@@ -345,7 +345,7 @@ class WorkerConfig(Section, frozen=True, kw_only=True):
     secrets_dir: str = ""
     http_allowed_networks: tuple[str, ...] = ()
     running_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.0
-    prefetch: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 256
+    prefetch: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 64
     slot_lease_seconds: Annotated[float, msgspec.Meta(ge=1, le=1200)] = 30.0
 
     def __post_init__(self) -> None:
