@@ -208,14 +208,21 @@ class Worker:
             self._start_queued()
 
     def _room(self) -> int:
-        """Messages the pull loops may fetch now: up to ``concurrency`` running, plus
-        ``prefetch`` held for fairness (waiting runs count among them), and only when a run
-        could start (``prefetch`` 0: exactly the free execution slots)."""
+        """Messages the pull loops may fetch now, only when a run could start: this worker
+        holds at most ``2 x concurrency + prefetch`` messages — running ones, up to
+        ``prefetch`` fetched ahead for fairness, and runs waiting for a concurrency slot
+        (which hold no execution slot, so that the worker's other runs start meanwhile)."""
         c = self.config
         if self._active >= c.concurrency:
             return 0
         held = self._active + len(self._intake) + self._waiting
-        return max(0, c.concurrency + c.prefetch - held)
+        return max(
+            0,
+            min(
+                c.concurrency + c.prefetch - self._active - len(self._intake),
+                2 * c.concurrency + c.prefetch - held,
+            ),
+        )
 
     def _start_queued(self) -> None:
         """Start runs while execution slots are free: first runs that waited for a concurrency
