@@ -119,6 +119,8 @@ class Worker:
         self._resuming: collections.deque[asyncio.Future[None]] = collections.deque()
         self._waiting = 0
         self._tg: asyncio.TaskGroup | None = None
+        self._owner_of: dict[asyncio.Task[None], str] = {}
+        self._in_flight: collections.Counter[str] = collections.Counter()
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -237,16 +239,28 @@ class Worker:
                 continue
             if self._stopping.is_set() or tg is None:
                 return
-            d = self._intake.pop()
+            d = self._intake.pop(self._below_cap)
             if d is None:
                 return
             self._active += 1
             task = tg.create_task(self._guarded(d), name=f"{self.name} run")
+            owner = owner_of(d.data)
+            self._owner_of[task] = owner
+            self._in_flight[owner] += 1
             self._runs.add(task)
             task.add_done_callback(self._done)
 
+    def _below_cap(self, owner: str) -> bool:
+        cap = self.config.user_concurrency
+        return cap <= 0 or self._in_flight[owner] < cap
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._runs.discard(task)
+        owner = self._owner_of.pop(task, None)
+        if owner is not None:
+            self._in_flight[owner] -= 1
+            if self._in_flight[owner] <= 0:
+                del self._in_flight[owner]
         self._active -= 1
         self._freed.set()
         self._start_queued()

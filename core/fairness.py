@@ -5,12 +5,17 @@ A worker fetches a bounded look-ahead of the shared work queue (its concurrency 
 owner, served round-robin, so a user with a long backlog takes one start in turn with every
 other user that has runs waiting, instead of all of them in stream order (deficit round-robin
 with equal quanta; Shreedhar & Varghese, 1995). Within one owner, runs start in stream order.
+
+Round-robin alone is work-conserving: when one user's runs fill every execution slot, another
+user's run that arrives waits for the next slot to free. ``JOBSCHED_WORKER_USER_CONCURRENCY``
+caps the runs one owner has in flight on a worker, keeping slots free for the others (a
+reservation: with a cap, one user alone cannot use the whole worker).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -34,12 +39,14 @@ class FairQueue(Generic[T]):
         self._queues.setdefault(owner, collections.deque()).append(item)
         self._size += 1
 
-    def pop(self) -> T | None:
-        """The oldest item of the owner whose turn it is (None: empty); that owner's next turn
-        comes after every other owner with items."""
-        if not self._queues:
+    def pop(self, allowed: Callable[[str], bool] | None = None) -> T | None:
+        """The oldest item of the owner whose turn it is (None: empty, or no owner
+        ``allowed``); that owner's next turn comes after every other owner with items. An owner
+        not ``allowed`` (at its in-flight cap) keeps its turn for when it is."""
+        owner = next((o for o in self._queues if allowed is None or allowed(o)), None)
+        if owner is None:
             return None
-        owner, queue = next(iter(self._queues.items()))
+        queue = self._queues[owner]
         item = queue.popleft()
         self._size -= 1
         if queue:

@@ -133,3 +133,13 @@ async def test_without_prefetch_runs_start_in_stream_order() -> None:
         )
         await until(lambda: len(r.gate.started) == 6)
         assert [ctx.job_id for ctx in r.gate.started][-1] == "b0"
+
+
+async def test_a_per_user_cap_keeps_a_slot_for_another_user() -> None:
+    async with rig(concurrency=2, prefetch=10, user_concurrency=1) as r:
+        for i in range(3):
+            r.deliver(run("block", job_id=f"a{i}"))
+        await until(lambda: len(r.gate.started) == 1)
+        r.deliver(msgspec.structs.replace(run("ok", job_id="b0"), owner="bob"))
+        await until(lambda: len(r.gate.started) == 2)
+        assert [ctx.job_id for ctx in r.gate.started] == ["a0", "b0"]

@@ -34,3 +34,13 @@ def test_clear_returns_everything_in_turn_order() -> None:
     assert list(q) == [1, 3, 2]
     assert q.clear() == [1, 3, 2]
     assert len(q) == 0 and q.pop() is None
+
+
+def test_an_owner_at_its_cap_keeps_its_turn() -> None:
+    q: FairQueue[str] = FairQueue()
+    for i in range(3):
+        q.push("big", f"b{i}")
+    q.push("small", "s0")
+    assert q.pop(lambda owner: owner != "big") == "s0"
+    assert q.pop(lambda owner: owner != "big") is None
+    assert q.pop() == "b0"
