@@ -11,8 +11,11 @@ from core.model import ExecutionStatus, StatusEvent
 from jobsched.client import ApiError
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
+from tests.e2e.test_cli_jobs import cli, cli_json
+from tests.e2e.test_nats_api import nats_client
 from tests.support import (
     Child,
+    Stack,
     EventLog,
     env_for,
     problem_fields,
@@ -172,3 +175,40 @@ async def test_an_invalid_limit_is_a_422_naming_the_field(
         with pytest.raises(ApiError) as e:
             await client.patch_job(job.id, {"concurrencyKey": "{nope}"})
         assert (e.value.status, problem_fields(e.value)) == (422, ["concurrencyKey"])
+
+
+async def test_the_cli_sets_and_removes_a_limit(stack: Stack) -> None:
+    job = await cli_json(
+        stack, "submit", "generate_report", "--param", "reportType=sales", "--param", "region=eu",
+        "--every", "3600", "--concurrency-key", "region-{region}", "--max-concurrent", "2",
+        "--concurrency-policy", "skip",
+    )  # fmt: skip
+    assert (job["concurrencyKey"], job["maxConcurrent"], job["concurrencyPolicy"]) == (
+        "region-{region}",
+        2,
+        "skip",
+    )
+    shown = (await cli(stack, "get", job["id"], "-o", "table")).stdout
+    assert "region-{region} (max 2, skip)" in shown
+    patched = await cli_json(stack, "patch", job["id"], "--concurrency-key", "")
+    assert patched["concurrencyKey"] is None
+    bad = await cli(stack, "patch", job["id"], "--concurrency-key", "{nope}", code=1)
+    assert "422" in bad.output and "concurrencyKey" in bad.output
+
+
+async def test_the_nats_api_takes_the_same_fields(stack: Stack) -> None:
+    async with nats_client(stack) as api:
+        job = await api.create_job(
+            {
+                "taskId": "sleep",
+                "parameters": {"seconds": 0},
+                "concurrencyKey": "k",
+                "maxConcurrent": 3,
+            }
+        )
+        assert (job.concurrency_key, job.max_concurrent) == ("k", 3)
+        with pytest.raises(ApiError) as e:
+            await api.create_job(
+                {"taskId": "sleep", "parameters": {"seconds": 0}, "maxConcurrent": 3}
+            )
+        assert (e.value.status, problem_fields(e.value)) == (422, ["maxConcurrent"])
