@@ -15,8 +15,8 @@ from tests.e2e.test_cli_jobs import cli, cli_json
 from tests.e2e.test_nats_api import nats_client
 from tests.support import (
     Child,
-    Stack,
     EventLog,
+    Stack,
     env_for,
     problem_fields,
     start_stack,
