@@ -1,7 +1,7 @@
 """Per-user fairness: a small user's schedule-to-start delay, alone and beside a user with 10x
 the runs in the same queue (issue 17).
 
-Every role in one process (layout ``one``), SQLite, one nats-server, one worker of
+One process per role (layout ``split``, ``--layout``), SQLite, one nats-server, one worker of
 ``--concurrency`` (4) execution slots. The workload: user ``small`` has ``--small-rate`` (2) runs
 due per second for ``--duration`` (20) seconds, user ``big`` ``--ratio`` (10) times as many; every
 run is the ``sleep`` task of ``--sleep-seconds`` (0.25 s), so together they ask more than the
@@ -83,7 +83,8 @@ async def scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "JOBSCHED_WORKER_USER_CONCURRENCY": str(args.user_concurrency if fair else 0),
     }
     load_before = os.getloadavg()
-    async with Deployment(Layout("one"), env=env, keep=args.keep, name="fairness") as d:
+    layout = Layout.parse(args.layout)
+    async with Deployment(layout, env=env, keep=args.keep, name="fairness") as d:
         tokens = {u: mint_token(d.secret, u, ttl=timedelta(hours=1)) for u in ("small", "big")}
         n_big = round(args.small_rate * args.ratio * args.duration) if name != "alone" else 0
         lead = args.lead_seconds + (n_big + args.small_rate * args.duration) / 150
@@ -192,6 +193,11 @@ async def main(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--layout",
+        default="split",
+        help="split (default: the worker in its own process), one or inproc",
+    )
     p.add_argument("--small-rate", type=float, default=2.0, help="small's runs due per second")
     p.add_argument("--ratio", type=float, default=10.0, help="big's runs per small's run")
     p.add_argument("--duration", type=float, default=20.0, help="window (seconds)")

@@ -51,6 +51,14 @@ CASES = [
         ["--every", "0.2", "--duration", "1", "--limit", "3", "--sample", "0.5"],
         "records",
     ),
+    (
+        "fairness",
+        [
+            *("--duration", "1", "--small-rate", "2", "--lead-seconds", "1"),
+            *("--drain-seconds", "20", "--layout", "one", "--scenarios", "alone,together"),
+        ],
+        "small p99",
+    ),
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]
