@@ -122,10 +122,14 @@ async def scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
             reader.close()
     load_after = os.getloadavg()
     s = Summary.of(delays(small_runs.values(), "scheduled_for", "started_at"))
+    s_pub = Summary.of(delays(small_runs.values(), "scheduled_for", "published_at"))
+    s_take = Summary.of(delays(small_runs.values(), "published_at", "started_at"))
     b = Summary.of(delays(big_runs.values(), "scheduled_for", "started_at")) if big_runs else None
     return {
         "scenario": name,
         "small": s,
+        "small_publish": s_pub,
+        "small_pickup": s_take,
         "big": b,
         "small_runs": len(ids[0]),
         "big_runs": len(ids[1]) if len(ids) > 1 else 0,
@@ -146,6 +150,7 @@ async def main(args: argparse.Namespace) -> int:
                 fmt_seconds(s.p50),
                 fmt_seconds(s.p99),
                 fmt_seconds(s.max),
+                f"{fmt_seconds(r['small_publish'].p99)} + {fmt_seconds(r['small_pickup'].p99)}",
                 "-" if b is None else fmt_seconds(b.p50),
                 "-" if b is None else fmt_seconds(b.p99),
                 " ".join(fmt_num(x, 2) for x in r["load_before"]),
@@ -160,6 +165,7 @@ async def main(args: argparse.Namespace) -> int:
                 "small p50",
                 "small p99",
                 "small max",
+                "small p99: due->published + published->started",
                 "big p50",
                 "big p99",
                 "load before (1/5/15 min)",
@@ -182,6 +188,8 @@ async def main(args: argparse.Namespace) -> int:
                 {
                     **r,
                     "small": r["small"].as_dict(),
+                    "small_publish": r["small_publish"].as_dict(),
+                    "small_pickup": r["small_pickup"].as_dict(),
                     "big": None if r["big"] is None else r["big"].as_dict(),
                 }
                 for r in results

@@ -29,10 +29,13 @@ from nats.js.kv import KeyValue
 
 from bus.nats import Bus, translated
 from core.concurrency import (
+    ConcurrencyWait,
+    Outcome,
     SlotDecision,
     SlotRequest,
     SlotState,
     acquire,
+    explain_wait,
     release,
     renew,
     slot_id,
@@ -75,7 +78,8 @@ class SlotBucket:
         self.replicas = replicas
         self.name = bucket_name(bus.config.prefix)
         self._kv: KeyValue | None = None
-        self._latest: dict[str, SlotState | None] = {}
+        self._latest: dict[str, tuple[int, SlotState | None]] = {}
+        self._written: dict[str, int] = {}
         self._changed: dict[str, set[asyncio.Event]] = {}
         self.ready = asyncio.Event()
 
@@ -117,6 +121,18 @@ class SlotBucket:
         state, _ = await self._get(slot_id(owner, key))
         return state
 
+    async def explain(
+        self, owner: str, key: str, max_concurrent: int, execution_id: str | None, now_ms: int
+    ) -> ConcurrencyWait:
+        """What the slots of (owner, key) say about ``execution_id`` at ``now_ms`` (epoch ms):
+        :func:`core.concurrency.explain_wait` of the stored entry, for ``explain``.
+
+        Raises:
+            BusUnavailable: NATS did not answer, or the bucket does not exist yet.
+        """
+        state = await self.read(owner, key)
+        return explain_wait(state, key, max_concurrent, execution_id, now_ms)
+
     async def _get(self, sid: str) -> tuple[SlotState | None, int | None]:
         kv = await self.open()
         with translated("read slot"):
@@ -132,18 +148,17 @@ class SlotBucket:
             log.warning("slot %s holds no slot state; overwriting it", sid)
             return None, entry.revision
 
-    async def _put(self, sid: str, state: SlotState, revision: int | None) -> bool:
-        """Write at ``revision`` (None: create); False when another writer came first."""
+    async def _put(self, sid: str, state: SlotState, revision: int | None) -> int | None:
+        """Write at ``revision`` (None: create): the new revision, or None when another writer
+        came first."""
         kv = await self.open()
         with translated("write slot"):
             try:
                 if revision is None:
-                    await kv.create(sid, _encode(state))
-                else:
-                    await kv.update(sid, _encode(state), last=revision)
+                    return int(await kv.create(sid, _encode(state)))
+                return int(await kv.update(sid, _encode(state), last=revision))
             except nats.js.errors.KeyWrongLastSequenceError:
-                return False
-        return True
+                return None
 
     async def acquire(self, request: SlotRequest, now_ms: int) -> SlotDecision:
         """Apply :func:`core.concurrency.acquire` to the stored slots by compare-and-set.
@@ -155,8 +170,18 @@ class SlotBucket:
         for _ in range(CAS_ATTEMPTS):
             state, revision = await self._get(sid)
             decision = acquire(state, request, now_ms, self.lease_ms)
-            if decision.state == state or await self._put(sid, decision.state, revision):
-                return decision
+            written = revision if decision.state == state else None
+            if written is None and decision.state != state:
+                written = await self._put(sid, decision.state, revision)
+                if written is None:
+                    continue
+            if decision.outcome == Outcome.WAITING:
+                # a write after this one must wake the waiter, even one the watch delivers
+                # before the waiter calls changed()
+                self._written[sid] = written or 0
+            else:
+                self._forget(sid)
+            return decision
         raise BusUnavailable(f"slot {sid}: {CAS_ATTEMPTS} compare-and-set rounds lost")
 
     async def renew(self, request: SlotRequest, now_ms: int) -> None:
@@ -168,7 +193,8 @@ class SlotBucket:
         sid = slot_id(request.owner, request.key)
         for _ in range(CAS_ATTEMPTS):
             state, revision = await self._get(sid)
-            if await self._put(sid, renew(state, request, now_ms, self.lease_ms), revision):
+            renewed = renew(state, request, now_ms, self.lease_ms)
+            if await self._put(sid, renewed, revision) is not None:
                 return
         raise BusUnavailable(f"slot {sid}: {CAS_ATTEMPTS} compare-and-set rounds lost")
 
@@ -182,9 +208,16 @@ class SlotBucket:
         for _ in range(CAS_ATTEMPTS):
             state, revision = await self._get(sid)
             after = release(state, execution_id, now_ms)
-            if after is None or await self._put(sid, after, revision):
+            if after is None or await self._put(sid, after, revision) is not None:
+                self._forget(sid)
                 return
         raise BusUnavailable(f"slot {sid}: {CAS_ATTEMPTS} compare-and-set rounds lost")
+
+    def _forget(self, sid: str) -> None:
+        """No run of this process waits on ``sid`` any more (unless one still sleeps on it)."""
+        self._written.pop(sid, None)
+        if sid not in self._changed:
+            self._latest.pop(sid, None)
 
     async def changed(
         self, owner: str, key: str, timeout_seconds: float
@@ -193,6 +226,10 @@ class SlotBucket:
         the state written)`` or ``(False, None)``. Needs :meth:`watch` running (without it,
         every wait times out, which is correct, only slower)."""
         sid = slot_id(owner, key)
+        latest = self._latest.get(sid)
+        if latest is not None and latest[0] > self._written.get(sid, 0):
+            self._written[sid] = latest[0]
+            return True, latest[1]
         event = asyncio.Event()
         waiters = self._changed.setdefault(sid, set())
         waiters.add(event)
@@ -203,9 +240,12 @@ class SlotBucket:
         except TimeoutError:
             return False, None
         finally:
-            seen = self._latest.get(sid)
+            entry = self._latest.get(sid)
+            if entry is not None:
+                seen = entry[1]
+                self._written[sid] = max(self._written.get(sid, 0), entry[0])
             waiters.discard(event)
-            if not waiters:
+            if not waiters and sid not in self._written:
                 self._changed.pop(sid, None)
                 self._latest.pop(sid, None)
         return True, seen
@@ -243,12 +283,12 @@ class SlotBucket:
                 self.ready.set()
                 continue
             events = self._changed.get(entry.key)
-            if not events:
+            if not events and entry.key not in self._written:
                 continue
             state = None
             if entry.value:
                 with contextlib.suppress(msgspec.DecodeError):
                     state = _decode(entry.value)
-            self._latest[entry.key] = state
-            for event in events:
+            self._latest[entry.key] = (int(entry.revision or 0), state)
+            for event in events or ():
                 event.set()

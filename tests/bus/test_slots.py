@@ -61,6 +61,15 @@ async def test_concurrent_acquirers_get_exactly_the_limit(bucket: SlotBucket) ->
     assert len(state.holders) == 3 and len(state.waiters) == 7
 
 
+async def test_explain_reads_the_place_in_line(bucket: SlotBucket) -> None:
+    await bucket.acquire(req("r1"), T0)
+    await bucket.acquire(req("r2"), T0)
+    wait = await bucket.explain("alice", "k", 1, "r2", T0 + 1)
+    assert (wait.running, wait.waiting, wait.position) == (["r1"], ["r2"], 0)
+    nothing = await bucket.explain("alice", "unused", 4, None, T0)
+    assert (nothing.running, nothing.max_concurrent) == ([], 4)
+
+
 async def test_the_same_key_text_of_another_user_shares_nothing(bucket: SlotBucket) -> None:
     """A user cannot block (or see) another's runs by naming the same key."""
     assert (await bucket.acquire(req("r1", owner="mallory"), T0)).outcome == Outcome.ACQUIRED
