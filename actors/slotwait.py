@@ -92,6 +92,16 @@ class SlotWait:
     def _now_ms(self) -> int:
         return to_epoch_ms(self.clock.now())
 
+    async def first(self) -> Outcome:
+        """One decision without waiting: ACQUIRED, SKIPPED, or WAITING (then :meth:`take`
+        waits; also when NATS did not answer, which :meth:`take` retries)."""
+        try:
+            self.decision = await self.slots.acquire(self.request, self._now_ms())
+        except BusUnavailable as e:
+            log.warning("run %s: no slot decision yet: %s", self.run.execution_id, e)
+            return Outcome.WAITING
+        return self.decision.outcome
+
     async def take(self) -> Outcome:
         """Wait for a slot: ACQUIRED (run now) or SKIPPED (policy ``skip``, none free)."""
         backoff = Backoff(SLOT_RETRY, self.clock, log=log)

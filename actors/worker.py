@@ -380,7 +380,9 @@ class Worker:
             return
         wait = SlotWait(self.slots, run, self.config.resolved_worker_id, self.clock)
         try:
-            outcome = await self._parked(wait.take())
+            outcome = await wait.first()  # uncontended: keeps its execution slot
+            if outcome == Outcome.WAITING:
+                outcome = await self._parked(wait.take())
             if outcome == Outcome.SKIPPED:
                 await self._skipped(d, run, wait)
                 return

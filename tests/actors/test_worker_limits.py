@@ -143,3 +143,13 @@ async def test_a_per_user_cap_keeps_a_slot_for_another_user() -> None:
         r.deliver(msgspec.structs.replace(run("ok", job_id="b0"), owner="bob"))
         await until(lambda: len(r.gate.started) == 2)
         assert [ctx.job_id for ctx in r.gate.started] == ["a0", "b0"]
+
+
+async def test_a_run_that_gets_its_slot_at_once_keeps_its_execution_slot() -> None:
+    """Only a run that must wait gives its execution slot away: an uncontended one runs now,
+    not after a run fetched behind it."""
+    async with rig(concurrency=1, prefetch=5) as r:
+        keyed = r.deliver(limited("j1", task_id="ok"))
+        r.deliver(run("block", job_id="j2"))
+        await until(lambda: keyed.settled == "ack")
+        assert [ctx.job_id for ctx in r.gate.started][0] == "j1"
