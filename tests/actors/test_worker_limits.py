@@ -152,4 +152,4 @@ async def test_a_run_that_gets_its_slot_at_once_keeps_its_execution_slot() -> No
         keyed = r.deliver(limited("j1", task_id="ok"))
         r.deliver(run("block", job_id="j2"))
         await until(lambda: keyed.settled == "ack")
-        assert [ctx.job_id for ctx in r.gate.started][0] == "j1"
+        assert r.gate.started[0].job_id == "j1"
