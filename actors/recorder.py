@@ -45,7 +45,8 @@ from core.values import MAX_ERROR_CHARS, storable_text
 log = logging.getLogger(__name__)
 
 UNRECORDED = frozenset({ExecutionStatus.QUEUED, ExecutionStatus.SKIPPED})
-"""Run events the store holds already (the scheduler wrote them): published for live clients."""
+"""Run events the store holds already (the scheduler wrote them): published for live clients.
+A SKIPPED event from a worker (``workerId`` set: ``concurrencyPolicy: skip``) is recorded."""
 
 Entry = tuple[Delivery, StatusEvent]
 
@@ -141,7 +142,9 @@ class Recorder:
             except msgspec.DecodeError as e:
                 letters.append((d, self._letter(d, "undecodable", f"not a status event: {e}")))
                 continue
-            if isinstance(event, StatusEvent) and event.status not in UNRECORDED:
+            if isinstance(event, StatusEvent) and (
+                event.status not in UNRECORDED or event.worker_id is not None
+            ):
                 entries.append((d, event))
         try:
             rejected = await self._apply(entries, deliveries)

@@ -23,6 +23,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,13 +31,16 @@ import msgspec
 
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
+from actors.slotwait import SlotWait, owner_of
 from core.backoff import retry_delay
 from core.clock import Clock, SystemClock
 from core.codecs import run_decoder
+from core.concurrency import Outcome
 from core.errors import BusUnavailable, ConsumerMissing, InvalidRequest
+from core.fairness import FairQueue
 from core.ids import execution_id_of_msg_id, run_key
 from core.model import ExecutionStatus, RunMessage, StatusEvent
-from core.ports import CancelSignals, Consumer, Delivery, WorkerBus
+from core.ports import CancelSignals, ConcurrencySlots, Consumer, Delivery, WorkerBus
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import poison_event, run_event
 from core.settings import WorkerConfig
@@ -74,6 +78,8 @@ class Worker:
             registry of its own.
         timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
             (unit tests pass their fake clock).
+        slots: the concurrency slots shared by every worker (:mod:`actors.slotwait`); None:
+            runs with a concurrency key run unlimited (logged).
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class Worker:
         markers: CancelSignals | None = None,
         metrics: Metrics | None = None,
         timer: Clock | None = None,
+        slots: ConcurrencySlots | None = None,
     ) -> None:
         self.timer = timer or SystemClock()
         self.bus = bus
@@ -107,6 +114,13 @@ class Worker:
         self.metrics = metrics or Metrics()
         self._task_metrics = {spec.name: self.metrics.task(spec.name) for spec in catalog}
         self._unknown_task = self.metrics.task(UNKNOWN_TASK)
+        self.slots = slots
+        self._intake: FairQueue[Delivery] = FairQueue()
+        self._resuming: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting = 0
+        self._tg: asyncio.TaskGroup | None = None
+        self._owner_of: dict[asyncio.Task[None], str] = {}
+        self._in_flight: collections.Counter[str] = collections.Counter()
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -126,6 +140,14 @@ class Worker:
                 consumers[queue] = await self.bus.work_consumer(queue)
             log.info("%s consuming %s", self.name, ", ".join(self.config.queues))
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                helpers = [
+                    tg.create_task(
+                        self._keep_intake_alive(), name=f"{self.name} intake in-progress"
+                    )
+                ]
+                if self.slots is not None:
+                    helpers.append(tg.create_task(self.slots.watch(), name=f"{self.name} slots"))
                 watch = None
                 if self.markers is not None:
                     watch = tg.create_task(
@@ -143,6 +165,8 @@ class Worker:
                 await self._drain(list(consumers.values()))
                 if watch is not None:
                     watch.cancel()
+                for helper in helpers:
+                    helper.cancel()
         finally:
             for consumer in consumers.values():
                 for d in consumer.take_unprocessed():
@@ -161,7 +185,7 @@ class Worker:
         backoff = Backoff(PULL_RETRY, self.timer, stop=self._stopping, log=log)
         while not self._stopping.is_set():
             raise_if_cancelling()
-            free = self.config.concurrency - self._active
+            free = self._room()
             if free <= 0:
                 self._freed.clear()
                 await self._freed.wait()
@@ -182,15 +206,78 @@ class Worker:
                 if self._stopping.is_set():
                     await _shielded(d.nak(), 2.0)
                     continue
-                self._active += 1
-                task = tg.create_task(self._guarded(d), name=f"{self.name} run")
-                self._runs.add(task)
-                task.add_done_callback(self._done)
+                self._intake.push(owner_of(d.data), d)
+            self._start_queued()
+
+    def _room(self) -> int:
+        """Messages the pull loops may fetch now, only when a run could start: this worker
+        holds at most ``2 x concurrency + prefetch`` messages — running ones, up to
+        ``prefetch`` fetched ahead for fairness, and runs waiting for a concurrency slot
+        (which hold no execution slot, so that the worker's other runs start meanwhile)."""
+        c = self.config
+        if self._active >= c.concurrency:
+            return 0
+        held = self._active + len(self._intake) + self._waiting
+        return max(
+            0,
+            min(
+                c.concurrency + c.prefetch - self._active - len(self._intake),
+                2 * c.concurrency + c.prefetch - held,
+            ),
+        )
+
+    def _start_queued(self) -> None:
+        """Start runs while execution slots are free: first runs that waited for a concurrency
+        slot and got it, then fetched messages round-robin across owners (:mod:`core.fairness`)."""
+        tg = self._tg
+        while self._active < self.config.concurrency:
+            if self._resuming:
+                fut = self._resuming.popleft()
+                if not fut.done():
+                    self._active += 1
+                    fut.set_result(None)
+                continue
+            if self._stopping.is_set() or tg is None:
+                return
+            d = self._intake.pop(self._below_cap)
+            if d is None:
+                return
+            self._active += 1
+            task = tg.create_task(self._guarded(d), name=f"{self.name} run")
+            owner = owner_of(d.data)
+            self._owner_of[task] = owner
+            self._in_flight[owner] += 1
+            self._runs.add(task)
+            task.add_done_callback(self._done)
+
+    def _below_cap(self, owner: str) -> bool:
+        cap = self.config.user_concurrency
+        return cap <= 0 or self._in_flight[owner] < cap
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._runs.discard(task)
+        owner = self._owner_of.pop(task, None)
+        if owner is not None:
+            self._in_flight[owner] -= 1
+            if self._in_flight[owner] <= 0:
+                del self._in_flight[owner]
         self._active -= 1
         self._freed.set()
+        self._start_queued()
+
+    async def _keep_intake_alive(self) -> None:
+        """In-progress acks for fetched messages not started yet, every third of the ack wait
+        (so that holding them for fairness never lets JetStream redeliver them)."""
+        period = self.config.ack_wait_seconds / 3
+        while True:
+            raise_if_cancelling()
+            await asyncio.sleep(period)
+            for d in list(self._intake):
+                try:
+                    await d.in_progress()
+                except BusUnavailable as e:
+                    log.warning("in-progress ack failed: %s", e)
+                    break
 
     async def _drain(self, consumers: list[Consumer]) -> None:
         """Second phase of a stop: let in-flight runs finish up to the drain timeout, then hand
@@ -211,6 +298,8 @@ class Worker:
         )
         try:
             await asyncio.gather(*(c.quiesce() for c in consumers))
+            for d in self._intake.clear():
+                await _shielded(d.nak(), 2.0)
             await finished
         finally:
             finished.cancel()
@@ -265,12 +354,100 @@ class Worker:
                     self._keep_alive(d), name=f"{self.name} in-progress {run.execution_id}"
                 )
                 try:
-                    await self._attempt(d, run, spec, params, attempt, tg)
+                    await self._limited(d, run, spec, params, attempt, tg)
                 finally:
                     keepalive.cancel()
         except asyncio.CancelledError:
             await _shielded(d.nak(), 5.0)
             raise
+
+    async def _limited(
+        self,
+        d: Delivery,
+        run: RunMessage,
+        spec: TaskSpec,
+        params: msgspec.Struct,
+        attempt: int,
+        tg: asyncio.TaskGroup,
+    ) -> None:
+        """The attempt, within the run's concurrency limit when it has one: wait for a slot
+        (:mod:`actors.slotwait`), keep it renewed while the task runs, give it back after the
+        outcome is reported (so that no run of the key reports RUNNING before it)."""
+        if run.concurrency_key is None or self.slots is None:
+            if run.concurrency_key is not None:
+                log.warning("run %s: no slot bucket; concurrency key ignored", run.execution_id)
+            await self._attempt(d, run, spec, params, attempt, tg)
+            return
+        wait = SlotWait(self.slots, run, self.config.resolved_worker_id, self.clock)
+        try:
+            outcome = await wait.first()  # uncontended: keeps its execution slot
+            if outcome == Outcome.WAITING:
+                outcome = await self._parked(wait.take())
+            if outcome == Outcome.SKIPPED:
+                await self._skipped(d, run, wait)
+                return
+            if self.markers is not None and self.markers.is_cancelled(run.job_id, run.execution_id):
+                await self._cancelled(d, run, attempt, started=None)
+                return
+            renewal = tg.create_task(wait.keep(), name=f"{self.name} slot {run.execution_id}")
+            try:
+                await self._attempt(d, run, spec, params, attempt, tg)
+            finally:
+                renewal.cancel()
+        finally:
+            await _shielded(wait.release(), 5.0)
+
+    async def _parked(self, take: Coroutine[Any, Any, Outcome]) -> Outcome:
+        """Await ``take`` (a concurrency slot) without holding an execution slot of this
+        worker, so that its other runs start meanwhile; then take an execution slot back
+        (before fetched messages: :meth:`_start_queued`)."""
+        self._active -= 1
+        self._waiting += 1
+        self._freed.set()
+        self._start_queued()
+        resumed = False
+        try:
+            outcome = await take
+            await self._resume()
+            resumed = True
+            return outcome
+        finally:
+            self._waiting -= 1
+            if not resumed:
+                self._active += 1
+
+    async def _resume(self) -> None:
+        if self._active < self.config.concurrency and not self._resuming:
+            self._active += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resuming.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._active -= 1
+            raise
+
+    async def _skipped(self, d: Delivery, run: RunMessage, wait: SlotWait) -> None:
+        """``concurrencyPolicy: skip`` and every slot taken: the run is recorded SKIPPED."""
+        now = self.clock.now()
+        await self._report(
+            msgspec.structs.replace(
+                self._event_base(run, 0, None),  # it never had an attempt
+                status=ExecutionStatus.SKIPPED,
+                at=now,
+                finished_at=now,
+                error=wait.skip_reason,
+            )
+        )
+        await self._settle(d, run.execution_id, ack=False)
+        log.info(
+            "run %s SKIPPED: %s",
+            run.execution_id,
+            wait.skip_reason,
+            extra={"execution_id": run.execution_id},
+        )
 
     async def _attempt(
         self,

@@ -14,12 +14,14 @@ so a process holds only the passwords of the roles it runs:
   notices and finished-run notices, looks runs up in the work stream.
 * ``recorder``: pulls the status stream's ``recorder`` consumer, publishes finished-run notices.
 * ``worker``: pulls from its queues' consumers only, acks, publishes status, watches cancel
-  markers. It can neither publish a run nor create, update or delete a stream, nor read the
-  lease bucket.
+  markers, reads, writes and watches the concurrency slots (``<prefix>_slots``, :mod:`bus.slots`;
+  a worker can thereby hold or free any user's slot: workers are trusted). It can neither
+  publish a run nor create, update or delete a stream, nor read the lease bucket.
 * ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``;
   ``$SRV`` discovery of the ``jobsched`` service only), publishes notices, events, manual runs
   and cancel markers; reads (never writes) the lease bucket and the work consumers' info for
-  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`) and the dashboard's Cluster page.
+  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`) and the dashboard's Cluster page, and the
+  concurrency slots (``explain``).
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
 * ``notifier``: pulls the status stream's ``notifier`` consumer (:mod:`actors.notifier`),
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from bus.nats import RECORDER_CONSUMER, BusConfig
 from bus.notifier import NOTIFIER_CONSUMER
+from bus.slots import bucket_name as slot_bucket_name
 from core.errors import ConfigError
 
 ROLES = ("scheduler", "recorder", "worker", "gateway", "live", "api", "callout", "notifier")
@@ -155,6 +158,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
     c = BusConfig(servers=[], prefix=prefix)
     work, status = c.work_stream, c.status_stream
     leases, cancels = f"{prefix}_leases", f"{prefix}_cancel"
+    slots = slot_bucket_name(prefix)
     inbox = f"{inbox_prefix(user)}.>"
     looks = [f"{JS}.INFO", f"{JS}.STREAM.INFO.{work}", f"{JS}.STREAM.INFO.{status}"]
     cancel_reader = [
@@ -173,6 +177,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"{JS}.CONSUMER.INFO.{status}.{RECORDER_CONSUMER}",
             *_bucket(leases),
             *_bucket(cancels),
+            *_bucket(slots),
         ]
         subscribe = [inbox, f"{prefix}.notify.*", f"{prefix}.finished"]
         return Permissions(tuple(publish), tuple(subscribe))
@@ -186,6 +191,9 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             *(s for q in queues for s in _consumer(work, c.work_consumer(q))),
             f"{JS}.CONSUMER.INFO.{work}.*",
             *cancel_reader,
+            *_reads(f"KV_{slots}"),
+            *_ephemeral_readers(f"KV_{slots}"),
+            f"$KV.{slots}.>",
         ]
         return Permissions(tuple(publish), (inbox,))
     if role == "gateway":
@@ -199,6 +207,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"{JS}.STREAM.INFO.KV_{cancels}",
             f"$KV.{cancels}.>",
             *_reads(f"KV_{leases}"),  # explain and the Cluster page read leases (no writes)
+            *_reads(f"KV_{slots}"),
         ]
         service = ["$SRV.*", f"$SRV.*.{SERVICE_NAME}", f"$SRV.*.{SERVICE_NAME}.>"]
         subscribe = [inbox, f"{prefix}.api.>", *service]

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
+from core.concurrency import MAX_CONCURRENT_LIMIT, MAX_TEMPLATE_CHARS, ConcurrencyPolicy
 from core.ids import run_msg_id
 from core.labels import JOB_NAME_PATTERN
 from core.notify_spec import NotifyIn, NotifyTarget
@@ -235,6 +236,17 @@ HistoryMaxAgeSeconds = Annotated[
         ge=60, le=10 * 366 * 86400, description="seconds a finished run is kept after it ended"
     ),
 ]
+ConcurrencyKey = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_TEMPLATE_CHARS,
+        description="template over the parameters: literal text and {name} placeholders",
+    ),
+]
+MaxConcurrent = Annotated[
+    int, msgspec.Meta(ge=1, le=MAX_CONCURRENT_LIMIT, description="runs with the key at once")
+]
 
 
 JobName = Annotated[
@@ -284,6 +296,9 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     name: JobName | None = None
     labels: LabelMap = msgspec.field(default_factory=dict)
     notify: NotifyIn | None = None
+    concurrency_key: ConcurrencyKey | None = None
+    max_concurrent: MaxConcurrent | None = None
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -310,6 +325,9 @@ class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     name: JobName | msgspec.UnsetType | None = msgspec.UNSET
     labels: LabelPatch | None = None
     notify: NotifyIn | msgspec.UnsetType | None = msgspec.UNSET
+    concurrency_key: ConcurrencyKey | msgspec.UnsetType | None = msgspec.UNSET
+    max_concurrent: MaxConcurrent | None = None
+    concurrency_policy: ConcurrencyPolicy | None = None
 
 
 class JobSpec(Model, kw_only=True, frozen=True):
@@ -325,6 +343,9 @@ class JobSpec(Model, kw_only=True, frozen=True):
     ``labels``: string keys and values with Kubernetes' syntax, at most 64
     (:mod:`core.labels`), for ``GET /jobs?labels=<selector>``. ``notify``: the webhook told
     about finished runs (None: the owner's default, if any; see :mod:`core.notifications`).
+    ``concurrency_key`` (a template
+    over ``parameters``; None: no limit), ``max_concurrent`` and ``concurrency_policy``: the
+    job's concurrency limit (:mod:`core.concurrency`).
     """
 
     task_id: str
@@ -342,6 +363,9 @@ class JobSpec(Model, kw_only=True, frozen=True):
     name: str | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     notify: NotifyTarget | None = None
+    concurrency_key: str | None = None
+    max_concurrent: int = 1
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
 
 
 SPEC_FIELDS = JobSpec.__struct_fields__
@@ -556,7 +580,9 @@ class RunMessage(Model, kw_only=True, frozen=True):
     duplicate window). ``attempt_offset`` is the number of attempts already spent before this
     message was published (non-zero when the store re-dispatches a run whose message was lost);
     ``redispatched_at_ms`` is non-zero for such a re-dispatch: when it happened, milliseconds
-    since the epoch (``redispatch`` on the wire).
+    since the epoch (``redispatch`` on the wire). ``concurrency_key`` is the job's rendered
+    concurrency key (None: no limit), with its ``max_concurrent`` and ``concurrency_policy``
+    (:mod:`core.concurrency`).
     """
 
     execution_id: str
@@ -573,6 +599,9 @@ class RunMessage(Model, kw_only=True, frozen=True):
     attempt_offset: int = 0
     redispatched_at_ms: int = msgspec.field(default=0, name="redispatch")
     trigger: RunTrigger = RunTrigger.SCHEDULE
+    concurrency_key: str | None = None
+    max_concurrent: int = 1
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
 
     @property
     def msg_id(self) -> str:

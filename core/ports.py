@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.bulk import BulkAction, RunQuery
+from core.concurrency import SlotDecision, SlotRequest, SlotState
 from core.errors import BusUnavailable, Conflict
 from core.labels import Selector
 from core.live import EventBatch, StoredEvent
@@ -969,4 +970,45 @@ class ServiceHost(Protocol):
         Raises:
             BusUnavailable: the service could not be started.
         """
+        ...
+
+
+class ConcurrencySlots(Protocol):
+    """Concurrency slots shared by every worker (:mod:`core.concurrency`; NATS:
+    :class:`bus.slots.SlotBucket`). Every write is a compare-and-set of one (owner, key) entry.
+    Instants are epoch milliseconds of the caller's wall clock."""
+
+    lease_seconds: float
+    """How long a slot or a place in line lasts without renewal (seconds)."""
+
+    async def acquire(self, request: SlotRequest, now_ms: int) -> SlotDecision:
+        """Take a slot, join (or keep a place in) the line, or be skipped
+        (:func:`core.concurrency.acquire`).
+
+        Raises:
+            BusUnavailable: not decided (the caller retries).
+        """
+        ...
+
+    async def renew(self, request: SlotRequest, now_ms: int) -> None:
+        """Re-lease the slot the request holds. Raises: BusUnavailable."""
+        ...
+
+    async def release(self, owner: str, key: str, execution_id: str, now_ms: int) -> None:
+        """Give up the slot or place of ``execution_id`` (idempotent). Raises: BusUnavailable."""
+        ...
+
+    async def read(self, owner: str, key: str) -> SlotState | None:
+        """The slots of (owner, key) as stored. Raises: BusUnavailable."""
+        ...
+
+    async def changed(
+        self, owner: str, key: str, timeout_seconds: float
+    ) -> tuple[bool, SlotState | None]:
+        """Wait for a write of (owner, key) (True and the state written, when known) or
+        ``timeout_seconds`` (False, None)."""
+        ...
+
+    async def watch(self) -> None:
+        """Follow every write until cancelled (wakes :meth:`changed`)."""
         ...

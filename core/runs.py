@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from core.concurrency import render_key
 from core.ids import execution_id, manual_execution_id, parse_execution_id
 from core.model import (
     TERMINAL_RANK,
@@ -199,7 +200,22 @@ def run_message(
         attempt_offset=attempt_offset,
         redispatched_at_ms=redispatched_at_ms,
         trigger=run.trigger,
+        concurrency_key=concurrency_key_of(job),
+        max_concurrent=job.max_concurrent,
+        concurrency_policy=job.concurrency_policy,
     )
+
+
+def concurrency_key_of(job: Job) -> str | None:
+    """The rendered concurrency key of ``job``'s runs (None: no limit). The gateway validated
+    the template against the parameters; should it still not render (a job stored by another
+    version), the template's own text is the key, so the limit still holds."""
+    if job.concurrency_key is None:
+        return None
+    try:
+        return render_key(job.concurrency_key, job.parameters)
+    except ValueError:
+        return job.concurrency_key
 
 
 def run_event(

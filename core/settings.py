@@ -324,6 +324,17 @@ class WorkerConfig(Section, frozen=True, kw_only=True):
             globally reachable: loopback, private, link-local and the other ranges
             :mod:`core.egress` refuses by default against server-side request forgery. Empty:
             public addresses only.
+        prefetch: ``JOBSCHED_WORKER_PREFETCH``; messages fetched beyond ``concurrency`` and held
+            (in-progress acked) so that runs start round-robin across users
+            (:mod:`core.fairness`): one user's backlog of up to this many runs cannot delay
+            another user's. 0: stream order.
+        user_concurrency: ``JOBSCHED_WORKER_USER_CONCURRENCY``; most runs of one owner in flight
+            on this worker at once, so that the others find a free slot at once; 0 (default): no
+            cap (round-robin only, :mod:`core.fairness`).
+        slot_lease_seconds: ``JOBSCHED_WORKER_SLOT_LEASE_SECONDS``; how long a concurrency slot
+            (or a place in its line) outlives the last renewal by its worker, renewed every
+            third of it (seconds): a worker that dies holding a slot frees it after at most this
+            long (:mod:`core.concurrency`).
     """
 
     worker_id: str = ""
@@ -338,6 +349,9 @@ class WorkerConfig(Section, frozen=True, kw_only=True):
     secrets_dir: str = ""
     http_allowed_networks: tuple[str, ...] = ()
     running_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.0
+    prefetch: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 64
+    user_concurrency: Annotated[int, msgspec.Meta(ge=0)] = 0
+    slot_lease_seconds: Annotated[float, msgspec.Meta(ge=1, le=1200)] = 30.0
 
     def __post_init__(self) -> None:
         try:
@@ -468,6 +482,9 @@ ENV: dict[str, tuple[str, ...]] = {
     "WORKER_ID": ("worker.worker_id",),
     "SECRETS_DIR": ("worker.secrets_dir",),
     "WORKER_RUNNING_GRACE_SECONDS": ("worker.running_grace_seconds",),
+    "WORKER_PREFETCH": ("worker.prefetch",),
+    "WORKER_USER_CONCURRENCY": ("worker.user_concurrency",),
+    "WORKER_SLOT_LEASE_SECONDS": ("worker.slot_lease_seconds",),
     "EVENT_LOOP": ("event_loop",),
     "HTTP_ALLOWED_NETWORKS": ("worker.http_allowed_networks",),
     "QUEUES": ("worker.queues",),

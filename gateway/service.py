@@ -24,6 +24,7 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
+from core.concurrency import check_concurrency
 from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
 from core.explain import Explanation
 from core.ids import new_job_id, partition_of
@@ -173,7 +174,9 @@ class JobService:
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
             notify=notifications.resolve(body.notify),
+            max_concurrent=body.max_concurrent or 1,
         )
+        check_concurrency(body.concurrency_key, body.max_concurrent, body.parameters)
         return Job(
             **spec_values(options),
             id=job_id,
@@ -467,6 +470,7 @@ class JobService:
         if patch.notify is not msgspec.UNSET:
             notify = notifications.resolve(patch.notify, current=job.notify)
         new_spec = patched_spec(job.spec, patch, schedule=schedule, labels=labels, notify=notify)
+        check_concurrency(new_spec.concurrency_key, patch.max_concurrent, new_spec.parameters)
         job = await self.store.update_job(
             owner,
             job_id,

@@ -25,6 +25,7 @@ import aiohttp
 import click
 import msgspec
 
+from core.concurrency import ConcurrencyPolicy
 from core.model import Event, Execution, Job, JobEvent, MisfirePolicy, OverlapPolicy, Page
 from core.timeutil import isoformat_z
 from jobsched.client import ApiError, JobschedClient, WaitTimedOut, WatchClosed
@@ -183,6 +184,13 @@ def _show_job(job: Job, output: str) -> None:
         ("misfire", f"{job.misfire_policy} (grace {job.misfire_grace_seconds:g}s)"),
         ("overlap", str(job.overlap_policy)),
     ]
+    if job.concurrency_key is not None:
+        rows.append(
+            (
+                "concurrency",
+                f"{job.concurrency_key} (max {job.max_concurrent}, {job.concurrency_policy})",
+            )
+        )
     _table(("FIELD", "VALUE"), rows)
 
 
@@ -388,6 +396,25 @@ def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 default=None,
                 help="What a recurring job does when its previous run is still active.",
             ),
+            click.option(
+                "--concurrency-key",
+                default=None,
+                metavar="TEMPLATE",
+                help="Limit runs sharing this key, e.g. 'tenant-{customer}' ({name} = a "
+                "parameter); '' removes it (update).",
+            ),
+            click.option(
+                "--max-concurrent",
+                type=click.IntRange(min=1),
+                default=None,
+                help="Most runs with the same concurrency key at once, across all workers.",
+            ),
+            click.option(
+                "--concurrency-policy",
+                type=click.Choice([p.value for p in ConcurrencyPolicy]),
+                default=None,
+                help="What a run does when every slot of its key is taken: wait or be skipped.",
+            ),
         ]
     ):
         f = option(f)
@@ -438,8 +465,12 @@ def _spec(
     misfire_policy: str | None,
     misfire_grace_seconds: float | None,
     overlap_policy: str | None,
+    concurrency_key: str | None = None,
+    max_concurrent: int | None = None,
+    concurrency_policy: str | None = None,
 ) -> dict[str, Any]:
-    """The job options the options give, as API fields (absent ones left out)."""
+    """The job options the options give, as API fields (absent ones left out; an empty
+    ``--concurrency-key`` is null: no key)."""
     body: dict[str, Any] = {}
     if params_json or params:
         try:
@@ -456,9 +487,13 @@ def _spec(
         ("misfirePolicy", misfire_policy),
         ("misfireGraceSeconds", misfire_grace_seconds),
         ("overlapPolicy", overlap_policy),
+        ("maxConcurrent", max_concurrent),
+        ("concurrencyPolicy", concurrency_policy),
     ):
         if value is not None:
             body[key] = value
+    if concurrency_key is not None:
+        body["concurrencyKey"] = concurrency_key or None
     return body
 
 
@@ -543,6 +578,9 @@ _SPEC_KEYS = (
     "misfire_policy",
     "misfire_grace_seconds",
     "overlap_policy",
+    "concurrency_key",
+    "max_concurrent",
+    "concurrency_policy",
 )
 
 

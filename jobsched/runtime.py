@@ -39,6 +39,7 @@ from bus.leases import LeaseBucket
 from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
 from bus.notifier import NotifierStream
+from bus.slots import SlotBucket
 from bus.status import LiveStream
 from bus.tls import client_context
 from core.clock import Clock, SystemClock
@@ -247,6 +248,7 @@ async def prepare_bus(settings: Settings, buses: dict[Connection, Bus]) -> bool:
     if scheduler is not None:
         await scheduler.ensure_streams()
         await CancelMarkers(scheduler, replicas=settings.nats.stream_replicas, create=True).open()
+        await SlotBucket(scheduler, replicas=settings.nats.stream_replicas, create=True).open()
     return True
 
 
@@ -493,7 +495,10 @@ class Parts:
         assert self.catalog is not None
         bus, config = self.buses[Connection.WORKER], self.settings.worker
         markers = self.markers(Connection.WORKER)
-        return Worker(bus, self.catalog, self.clock, config, markers, metrics=self.metrics)
+        slots = SlotBucket(bus, lease_seconds=config.slot_lease_seconds)
+        return Worker(
+            bus, self.catalog, self.clock, config, markers, metrics=self.metrics, slots=slots
+        )
 
 
 async def notifier_actor(parts: Parts, stack: AsyncExitStack) -> Notifier:

@@ -56,6 +56,14 @@ CASES = [
         ["--jobs", "60", "--other-jobs", "10", "--runs", "600", "--repeat", "2", "--warmup", "1"],
         "page data",
     ),
+    (
+        "fairness",
+        [
+            *("--duration", "1", "--small-rate", "2", "--lead-seconds", "1"),
+            *("--drain-seconds", "20", "--layout", "one", "--scenarios", "alone,together"),
+        ],
+        "small p99",
+    ),
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]

@@ -375,7 +375,7 @@ async def test_the_run_is_acked_only_after_its_final_report_is_stored() -> None:
 
 
 async def test_concurrency_bounds_the_runs_in_flight() -> None:
-    async with worker_rig(concurrency=2) as rig:
+    async with worker_rig(concurrency=2, prefetch=0) as rig:
         for i in range(4):
             rig.deliver(run("block", job_id=f"j{i}"))
 

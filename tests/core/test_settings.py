@@ -188,6 +188,9 @@ ENV_FIELDS: dict[str, tuple[str, tuple[str, ...], Any]] = {
     "JOBSCHED_CORS_ALLOWED_METHODS": ("GET", ("gateway.cors_allowed_methods",), ("GET",)),
     "JOBSCHED_CORS_ALLOWED_HEADERS": ("X-A", ("gateway.cors_allowed_headers",), ("X-A",)),
     "JOBSCHED_WORKER_RUNNING_GRACE_SECONDS": ("0.05", ("worker.running_grace_seconds",), 0.05),
+    "JOBSCHED_WORKER_PREFETCH": ("32", ("worker.prefetch",), 32),
+    "JOBSCHED_WORKER_USER_CONCURRENCY": ("3", ("worker.user_concurrency",), 3),
+    "JOBSCHED_WORKER_SLOT_LEASE_SECONDS": ("12.5", ("worker.slot_lease_seconds",), 12.5),
     "JOBSCHED_EVENT_LOOP": ("asyncio", ("event_loop",), "asyncio"),
     "JOBSCHED_SECRETS_DIR": ("/run/secrets", ("worker.secrets_dir",), "/run/secrets"),
     "JOBSCHED_HTTP_ALLOWED_NETWORKS": (
