@@ -43,6 +43,7 @@ JOB_KEYS = {
     "historyMaxAgeSeconds", "status", "partition", "createdAt", "updatedAt", "nextRunAt",
     "lastRunAt", "lastRunStatus", "lastError", "lastExecutionId", "lastScheduledFor",
     "lastDispatchedFor", "runCount", "idempotencyKey", "name", "labels", "notify",
+    "concurrencyKey", "maxConcurrent", "concurrencyPolicy",
 }  # fmt: skip
 
 
