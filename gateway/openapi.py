@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from core.audit import AuditRecord
 from core.model import (
@@ -373,11 +375,11 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
                 },
             }
         if r.response is None:
-            op["responses"][str(r.status)] = {"description": "Done."}
+            op["responses"][str(r.status)] = {"description": HTTPStatus(r.status).phrase}
         else:
             schema = {"$ref": REF.format(name=names[r.response])}
             op["responses"][str(r.status)] = {
-                "description": "OK",
+                "description": HTTPStatus(r.status).phrase,
                 "content": {"application/json": {"schema": schema}},
             }
             if r.status == 201 and r.response is Job:
@@ -396,6 +398,7 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
         if not r.public:
             op["security"] = [{"bearer": []}]
         paths.setdefault(r.path, {})[r.method] = op
+    _require_always_present(components, [r.response for r in ROUTES if r.response is not None])
     if task_ids:
         components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
     return {
@@ -415,6 +418,36 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
             },
         },
     }
+
+
+def _require_always_present(components: dict[str, Any], responses: list[Any]) -> None:
+    """Mark every field of a response struct that is encoded with ``omit_defaults=False`` (a
+    job, a run, a page...: each field always present, ``null`` included) as ``required``, so a
+    generated client types ``job.status`` as a ``JobStatus``, not "a JobStatus or unset".
+
+    Structs reachable from a request body (``CronScheduleIn``...) are not response structs and
+    are left as they are: there a field with a default may be left out.
+    """
+    seen: dict[str, msgspec.inspect.StructType] = {}
+    stack = list(msgspec.inspect.multi_type_info(responses))
+    while stack:
+        t = stack.pop()
+        if isinstance(t, msgspec.inspect.StructType):
+            name = _name(t.cls)
+            if name in seen:
+                continue
+            seen[name] = t
+            stack.extend(f.type for f in t.fields)
+        else:
+            for attr in t.__struct_fields__:
+                value = getattr(t, attr)
+                nested = value if isinstance(value, tuple) else (value,)
+                stack.extend(v for v in nested if isinstance(v, msgspec.inspect.Type))
+    for name, t in seen.items():
+        cls = getattr(t.cls, "__origin__", t.cls)
+        if not cls.__struct_config__.omit_defaults and name in components:
+            required = components[name].setdefault("required", [])  # the tag field is in it
+            required.extend(f.encode_name for f in t.fields if f.encode_name not in required)
 
 
 def _job_links() -> dict[str, Any]:
