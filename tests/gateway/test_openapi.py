@@ -3,10 +3,16 @@ and is served with an HTML page."""
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
+from typing import Any
 
+import jsonschema_rs
+import pytest
+import schemathesis
 from openapi_spec_validator import validate
+from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from core.clock import SystemClock
 from core.settings import GatewayConfig
@@ -23,6 +29,48 @@ def test_the_document_is_valid_openapi_3_1() -> None:
     validate(doc)
     assert doc["openapi"] == "3.1.0"
     assert doc["components"]["schemas"]["JobCreate"]["properties"]["taskId"]["enum"] == ["noop"]
+
+
+def validate_independently(doc: dict[str, Any]) -> None:
+    """The second validator: schemathesis's loader checks the document against its own copy of
+    the OpenAPI 3.1 schema with jsonschema_rs (a JSON Schema implementation in Rust), sharing no
+    code with openapi-spec-validator (python-jsonschema and openapi-schema-validator)."""
+    schemathesis.openapi.from_dict(doc).validate()
+
+
+def test_a_second_independent_validator_accepts_the_document() -> None:
+    validate_independently(openapi_document(task_ids=["noop"]))
+
+
+DELETE = object()
+BREAKAGES: dict[str, tuple[tuple[str | int, ...], str, Any]] = {
+    "a parameter in an unknown place": (("/jobs", "get", "parameters", 0), "in", "querystring"),
+    "a misspelt operation field": (("/jobs", "post"), "requestBodies", {}),
+    "a response without description": (("/jobs", "get", "responses", "200"), "description", DELETE),
+    "an optional path parameter": (("/jobs/{job_id}", "get", "parameters", 0), "required", False),
+}
+"""A document broken in one place: (the object's path under ``paths``, its key, the new value
+or DELETE)."""
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES.values(), ids=BREAKAGES.keys())
+def test_both_validators_reject_a_broken_document(
+    breakage: tuple[tuple[str | int, ...], str, Any],
+) -> None:
+    """Each validator is a real check: the same document, broken in one place, fails both."""
+    doc = copy.deepcopy(openapi_document())
+    where, key, new = breakage
+    target: Any = doc["paths"]
+    for step in where:
+        target = target[step]
+    if new is DELETE:
+        del target[key]
+    else:
+        target[key] = new
+    with pytest.raises(OpenAPIValidationError):
+        validate(doc)
+    with pytest.raises(jsonschema_rs.ValidationError):
+        validate_independently(doc)
 
 
 def test_the_document_describes_exactly_the_routes_served(tmp_path: Path) -> None:
