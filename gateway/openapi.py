@@ -4,12 +4,13 @@ Schemas come from :func:`msgspec.json.schema_components` (JSON Schema 2020-12, w
 uses); the routes, their parameters and their possible problems are listed once in
 :data:`ROUTES`. A test checks that ROUTES and the aiohttp router agree, and the schemathesis fuzz
 test checks the handlers against this document. Served at ``/openapi.json``; ``/docs`` renders
-it as a plain HTML page (no JavaScript, no CDN).
+it with Swagger UI (:mod:`gateway.apidocs`). Descriptions are CommonMark (OpenAPI 3.1 §4.5).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -122,6 +123,15 @@ TAGS = (
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
 generated clients."""
 
+TAG_DESCRIPTIONS = {
+    "jobs": "Create, list, change and control jobs.",
+    "runs": "A job's runs (executions) and their attempts.",
+    "schedules": "Fire times: a job's next ones, a cron expression's.",
+    "audit": "Who changed what, when.",
+    "tasks": "The task catalog.",
+    "health": "Liveness and readiness (no token needed).",
+}
+"""The tags in the order docs show them, with their descriptions (CommonMark)."""
 
 ID = Param("job_id", {"type": "string"}, "The job's id.", where="path", required=True)
 LIMIT = Param(
@@ -325,7 +335,9 @@ ROUTES: list[Route] = [
 """Every operation of the HTTP API. /ws, /metrics, /openapi.json, /docs and the dashboard's
 /ui are described in the README (they are not JSON request/response operations)."""
 
-UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs", *dashboard.ROUTE_PATHS})
+UNDOCUMENTED = frozenset(
+    {"/ws", "/metrics", "/openapi.json", "/docs", "/docs/assets/{name}", *dashboard.ROUTE_PATHS}
+)
 
 PROBLEM_TEXT = {
     400: "Malformed JSON.",
@@ -339,6 +351,19 @@ PROBLEM_TEXT = {
     "to retry, when waiting helps.",
     503: "The store (or NATS) cannot be reached right now; nothing was changed. Retry.",
 }
+
+
+DESCRIPTION = """A distributed job scheduler.
+
+- Every operation but health needs `Authorization: Bearer <JWT>` (**Authorize** above, on
+  `/docs`); `jobsched token --user alice` mints one, `jobsched dev` prints one.
+- Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) problem details
+  (`application/problem+json`) with a stable `code`; a 422 names each invalid field in `errors`.
+- Instants are RFC 3339 in UTC; a duration is in the unit its name ends with
+  (`timeoutSeconds`, `jitterMs`)."""
+"""The document's description (CommonMark, as OpenAPI's descriptions are)."""
+
+SPHINX_ROLE = re.compile(r":(?:class|func|data|mod|meth|attr):`~?([^`]+)`")
 
 
 def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -> dict[str, Any]:
@@ -399,15 +424,18 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
             op["security"] = [{"bearer": []}]
         paths.setdefault(r.path, {})[r.method] = op
     _require_always_present(components, [r.response for r in ROUTES if r.response is not None])
+    for schema in components.values():
+        if "description" in schema:  # docstrings: a Sphinx role is a code span in CommonMark
+            schema["description"] = SPHINX_ROLE.sub(r"`\1`", schema["description"])
     if task_ids:
         components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
     return {
         "openapi": "3.1.0",
-        "tags": [{"name": tag} for tag in dict.fromkeys(t for _, t in TAGS)],
+        "tags": [{"name": tag, "description": text} for tag, text in TAG_DESCRIPTIONS.items()],
         "info": {
             "title": "jobsched",
             "version": "1.0.0",
-            "description": "A distributed job scheduler. Errors are RFC 9457 problem details.",
+            "description": DESCRIPTION,
         },
         "servers": [{"url": server_url}],
         "paths": paths,
@@ -468,40 +496,52 @@ def _name(t: Any) -> str:
     return str(ref.rsplit("/", 1)[-1])
 
 
-def docs_page(doc: dict[str, Any]) -> str:
-    """A plain HTML rendering of the document: every operation with its parameters and answers."""
+def docs_body(doc: dict[str, Any]) -> str:
+    """A plain HTML listing of the document (the ``/docs`` page without JavaScript): every
+    operation with its parameters, its request body's fields and its answers (status and text),
+    then the schemas."""
+    schemas = doc["components"]["schemas"]
     out = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>jobsched API</title>",
-        "<style>body{font-family:sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
-        "code{background:#f3f3f3;padding:0 .2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}h2{margin-top:2rem}</style>",
-        "</head><body><h1>jobsched API</h1>",
-        f"<p>{html.escape(doc['info']['description'])} Machine-readable: "
-        "<a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p>",
+        f"<h1>{html.escape(doc['info']['title'])} API</h1>",
+        f"<p>{html.escape(doc['info']['description'])}</p>",
+        "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p>",
     ]
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             out.append(f"<h2><code>{method.upper()} {html.escape(path)}</code></h2>")
             out.append(f"<p>{html.escape(op['summary'])}</p>")
-            if op.get("parameters"):
-                out.append("<table><tr><th>parameter</th><th>in</th><th>description</th></tr>")
-                for p in op["parameters"]:
-                    out.append(
-                        f"<tr><td><code>{html.escape(p['name'])}</code></td><td>{p['in']}</td>"
-                        f"<td>{html.escape(p['description'])}</td></tr>"
-                    )
-                out.append("</table>")
+            rows = [(p["name"], p["in"], p["description"]) for p in op.get("parameters", [])]
             if "requestBody" in op:
                 ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-                out.append(f"<p>Body: <code>{html.escape(ref.rsplit('/', 1)[-1])}</code></p>")
-            answers = ", ".join(
-                f"{code} {html.escape(r['description'])}" for code, r in op["responses"].items()
+                body = schemas[ref.rsplit("/", 1)[-1]]
+                required = set(body.get("required", []))
+                rows += [
+                    (name, "body" + (", required" if name in required else ""), _about(prop))
+                    for name, prop in body.get("properties", {}).items()
+                ]
+            if rows:
+                out.append("<table><tr><th>field</th><th>in</th><th>description</th></tr>")
+                out += [
+                    f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(where)}</td>"
+                    f"<td>{html.escape(text)}</td></tr>"
+                    for name, where, text in rows
+                ]
+                out.append("</table>")
+            answers = "; ".join(
+                html.escape(" ".join(dict.fromkeys([code, HTTPStatus(int(code)).phrase, text])))
+                for code, text in ((c, r["description"]) for c, r in op["responses"].items())
             )
             out.append(f"<p>Answers: {answers}</p>")
     out.append("<h2>Schemas</h2>")
-    for name, schema in doc["components"]["schemas"].items():
+    for name, schema in schemas.items():
         props = ", ".join(f"<code>{html.escape(k)}</code>" for k in schema.get("properties", {}))
         kind = html.escape(str(schema.get("type", "")))
         out.append(f"<p><b>{html.escape(name)}</b>: {props or kind}</p>")
-    out.append("</body></html>")
     return "\n".join(out)
+
+
+def _about(prop: dict[str, Any]) -> str:
+    """A property's description and type, for the plain listing."""
+    variants = prop.get("anyOf", [prop])
+    types = [v.get("format", v.get("type", v.get("$ref", "").rsplit("/", 1)[-1])) for v in variants]
+    return " ".join(filter(None, [prop.get("description"), f"({' or '.join(map(str, types))})"]))

@@ -98,9 +98,19 @@ async def test_served_as_json_and_html(api: Api) -> None:
     }
     async with api.session.get(f"{api.url}/docs") as resp:
         assert resp.status == 200 and resp.content_type == "text/html"
+        assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
         page = await resp.text()
     for path in doc["paths"]:
-        assert path in page
+        assert path in page  # the listing without JavaScript
+    assert "<code>taskId</code></td><td>body, required</td>" in page
+    assert "201 Created" in page and "<script src='/docs/assets/docs.js' defer>" in page
+    for asset in ("docs.js", "swagger-ui-bundle.js", "swagger-ui.css"):
+        async with api.session.get(f"{api.url}/docs/assets/{asset}") as resp:
+            assert resp.status == 200, asset
+            assert resp.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    for other in ("index.html", "swagger-editor.js", "..%2Fapidocs.py"):
+        async with api.session.get(f"{api.url}/docs/assets/{other}") as resp:
+            assert resp.status == 404, other
 
 
 def test_operations_have_readable_ids_and_tags() -> None:
