@@ -75,6 +75,14 @@ class MalformedRequest(JobschedError, ValueError):
     status = 400
 
 
+class UnsupportedMediaType(JobschedError):
+    """The request body is not of a media type the operation takes (HTTP 415, RFC 9110
+    §15.5.16): JSON bodies must say ``Content-Type: application/json``."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
 class Unauthorized(JobschedError):
     """The bearer token is missing, malformed, expired or signed with another key (HTTP 401)."""
 

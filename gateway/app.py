@@ -53,6 +53,7 @@ from gateway.live import LiveStatus
 from gateway.openapi import openapi_document
 from gateway.problems import TITLES, describe, problem
 from gateway.service import JobService
+from gateway.strict import strict_input_middleware
 from gateway.ws import websocket
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
             *([http_metrics_middleware(deps.metrics)] if deps.metrics else []),
             problem_middleware,
             auth_middleware,
+            strict_input_middleware,
         ],
         client_max_size=deps.config.max_body_bytes,
     )

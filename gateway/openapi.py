@@ -162,7 +162,7 @@ ROUTES: list[Route] = [
         201,
         Job,
         JobCreate,
-        problems=(400, 401, 403, 409, 413, 422, 429, 503),
+        problems=(400, 401, 403, 409, 413, 415, 422, 429, 503),
         headers={
             "Idempotency-Key": "Makes the request idempotent: the same key and body "
             "return the original job (200), another body answers 409."
@@ -202,7 +202,7 @@ ROUTES: list[Route] = [
         Job,
         JobPatch,
         [ID],
-        problems=(400, 401, 403, 404, 409, 413, 422, 503),
+        problems=(400, 401, 403, 404, 409, 413, 415, 422, 503),
     ),
     Route(
         "delete",
@@ -346,7 +346,9 @@ PROBLEM_TEXT = {
     404: "No such job (or run of it) for this user.",
     409: "The job's status does not allow this, or the Idempotency-Key was used for another body.",
     413: "The body is too large.",
-    422: "Invalid input; `errors` names each field and the reason.",
+    415: "The body is not declared JSON: send `Content-Type: application/json`.",
+    422: "Invalid input; `errors` names each field and the reason (a duplicate JSON key and a "
+    "repeated query parameter are invalid too).",
     429: "A per-user quota (`limit` names it) does not allow this now; `Retry-After` says when "
     "to retry, when waiting helps.",
     503: "The store (or NATS) cannot be reached right now; nothing was changed. Retry.",

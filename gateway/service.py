@@ -233,8 +233,12 @@ class JobService:
 
         Raises:
             Forbidden: no ``jobs:read``; another user's or everyone's jobs asked by a non-admin.
+            InvalidRequest: ``startTime`` (``created_from``) after ``endTime`` (``created_to``).
         """
         who.require_read()
+        start, end = query.created_from, query.created_to
+        if start is not None and end is not None and start > end:
+            raise InvalidRequest(FieldError("startTime", "must not be after endTime"))
         whose = who.owner_filter(owner, all_users=all_users)
         return await self.store.list_jobs(whose, query, limit=limit, cursor=cursor)
 
