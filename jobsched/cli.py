@@ -29,6 +29,7 @@ from core.settings import Settings, load_settings
 from core.timeutil import isoformat_z
 from gateway.auth import mint_token
 from jobsched import eventloop
+from jobsched.cli_audit import COMMANDS as AUDIT_COMMANDS
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
@@ -455,7 +456,7 @@ def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | N
 # --- client commands -------------------------------------------------------------------------
 
 
-for _command in COMMANDS:
+for _command in [*COMMANDS, *AUDIT_COMMANDS]:
     main.add_command(_command)
 
 

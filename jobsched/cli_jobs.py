@@ -1,5 +1,6 @@
 """The ``jobsched`` commands that talk to the API: submit, patch, list, get, executions, the
-controls (pause, resume, cancel, trigger, delete), preview, upcoming, watch, tasks.
+controls (pause, resume, cancel, trigger, delete), preview, upcoming, watch, tasks (one run and
+the audit trail: :mod:`jobsched.cli_audit`).
 
 Each finds the gateway and token in ``--url`` / ``--token`` (env ``JOBSCHED_URL`` /
 ``JOBSCHED_TOKEN``) or in the running ``jobsched dev``'s ``dev.json``, and prints with
@@ -313,6 +314,25 @@ def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 help="Seconds late an occurrence may still start as scheduled.",
             ),
             click.option(
+                "--max-catch-up",
+                type=int,
+                default=None,
+                help="misfirePolicy runAll: at most this many missed runs.",
+            ),
+            click.option(
+                "--history-limit",
+                type=int,
+                default=None,
+                help="Keep this many finished runs [default: the deployment's].",
+            ),
+            click.option(
+                "--history-max-age",
+                "history_max_age_seconds",
+                type=float,
+                default=None,
+                help="Keep finished runs this many seconds [default: the deployment's].",
+            ),
+            click.option(
                 "--overlap-policy",
                 type=click.Choice([p.value for p in OverlapPolicy]),
                 default=None,
@@ -367,6 +387,9 @@ def _spec(
     queue: str | None,
     misfire_policy: str | None,
     misfire_grace_seconds: float | None,
+    max_catch_up: int | None,
+    history_limit: int | None,
+    history_max_age_seconds: float | None,
     overlap_policy: str | None,
 ) -> dict[str, Any]:
     """The job options the options give, as API fields (absent ones left out)."""
@@ -385,6 +408,9 @@ def _spec(
         ("queue", queue),
         ("misfirePolicy", misfire_policy),
         ("misfireGraceSeconds", misfire_grace_seconds),
+        ("maxCatchUp", max_catch_up),
+        ("historyLimit", history_limit),
+        ("historyMaxAgeSeconds", history_max_age_seconds),
         ("overlapPolicy", overlap_policy),
     ):
         if value is not None:
@@ -468,6 +494,9 @@ _SPEC_KEYS = (
     "queue",
     "misfire_policy",
     "misfire_grace_seconds",
+    "max_catch_up",
+    "history_limit",
+    "history_max_age_seconds",
     "overlap_policy",
 )
 
@@ -515,6 +544,8 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 @click.option("--created-before", default=None, help="Only jobs created before this time.")
 @click.option("--limit", type=int, default=20, show_default=True)
 @click.option("--cursor", default=None, help="nextCursor of a previous page.")
+@click.option("--owner", default=None, help="Another user's jobs (admins only).")
+@click.option("--all-users", is_flag=True, help="Every user's jobs (admins only).")
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --output json.")
 @_output_option("table")
 @_client_options
@@ -526,6 +557,8 @@ def list_(
     created_before: str | None,
     limit: int,
     cursor: str | None,
+    owner: str | None,
+    all_users: bool,
     as_json: bool,
     output: str,
     url: str | None,
@@ -543,6 +576,8 @@ def list_(
             end_time=_instant(created_before, "--created-before"),
             limit=limit,
             cursor=cursor,
+            owner=owner,
+            all_users=all_users,
         ),
     )
     if as_json or output == "json":
