@@ -156,7 +156,7 @@ def _schedule_words(job: Job) -> str:
         case "interval":
             return f"every {s['everySeconds']:g}s"
         case "once":
-            return f"once {s['executeAt']}"
+            return f"once {isoformat_z(datetime.fromisoformat(s['executeAt']))}"
         case _:
             return "immediate"
 

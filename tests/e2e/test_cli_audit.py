@@ -119,3 +119,9 @@ async def test_submit_and_patch_take_catch_up_and_history_options(stack: Stack) 
     )
     assert (patched["maxCatchUp"], patched["historyLimit"]) == (7, 9)
     assert patched["historyMaxAgeSeconds"] == 86400.0
+
+
+async def test_list_shows_a_once_schedule_in_milliseconds_utc(stack: Stack) -> None:
+    await cli(stack, "submit", "noop", "--at", "2030-12-01T08:00:00+01:00")
+    table = (await cli(stack, "list")).stdout
+    assert "once 2030-12-01T07:00:00.000Z" in table, table
