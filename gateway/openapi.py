@@ -366,6 +366,13 @@ DESCRIPTION = """A distributed job scheduler.
 """The document's description (CommonMark, as OpenAPI's descriptions are)."""
 
 SPHINX_ROLE = re.compile(r":(?:class|func|data|mod|meth|attr):`~?([^`]+)`")
+SNAKE_SPAN = re.compile(r"``([a-z]+(?:_[a-z]+)+)``")
+"""A docstring's code span of a Python field name (``max_attempts``): the API's is camelCase."""
+
+
+def _camel_span(match: re.Match[str]) -> str:
+    first, *rest = match.group(1).split("_")
+    return f"`{first}{''.join(w.capitalize() for w in rest)}`"
 
 
 def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -> dict[str, Any]:
@@ -428,7 +435,8 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
     _require_always_present(components, [r.response for r in ROUTES if r.response is not None])
     for schema in components.values():
         if "description" in schema:  # docstrings: a Sphinx role is a code span in CommonMark
-            schema["description"] = SPHINX_ROLE.sub(r"`\1`", schema["description"])
+            text = SPHINX_ROLE.sub(r"`\1`", schema["description"])
+            schema["description"] = SNAKE_SPAN.sub(_camel_span, text)
     if task_ids:
         components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
     return {

@@ -140,3 +140,12 @@ def test_every_instant_is_a_date_time() -> None:
         assert {"type": "string", "format": "date-time"} in variants, (schema, field, prop)
     times = schemas["FireTimes"]["properties"]["fireTimes"]["items"]
     assert times == {"type": "string", "format": "date-time"}
+
+
+def test_descriptions_name_api_fields_in_markdown() -> None:
+    """Docstrings become descriptions: no Sphinx role, no Python field name (``max_attempts``)
+    is left for a reader of /docs, whose markdown renders code spans."""
+    schemas = openapi_document()["components"]["schemas"]
+    texts = [s["description"] for s in schemas.values() if "description" in s]
+    assert "`maxAttempts` and `timeoutSeconds`" in schemas["JobCreate"]["description"]
+    assert not [t for t in texts if re.search(r":class:|``[a-z]+_[a-z_]+``", t)]
