@@ -51,6 +51,7 @@ from core.tasks import validation_field_error
 from gateway.auth import principal_from_authorization
 from gateway.problems import quota_limit, retry_after
 from gateway.service import JobService
+from gateway.strict import duplicate_key
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,9 @@ Operation = Callable[[JobService, Principal, bytes, dict[str, str]], Awaitable[A
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
+    key = duplicate_key(data) if data else None  # as over HTTP (gateway/strict.py)
+    if key is not None:
+        raise InvalidRequest(FieldError(key, "duplicate key; give each key once"))
     try:
         return decoder.decode(data or b"{}")
     except msgspec.ValidationError as e:
