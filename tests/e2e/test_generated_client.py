@@ -26,24 +26,18 @@ import aiohttp
 import attrs
 import pytest
 
+from core.access import Role
 from core.model import ExecutionStatus
+from gateway.auth import mint_token
 from gateway.openapi import openapi_document
 from jobsched.tasks import builtin_catalog
 from tests.conftest import SettingsFactory
-from tests.support import EventLog, Stack, start_stack
+from tests.support import EventLog, Stack, start_stack, wait_executions
 
 PACKAGE = "jobsched_generated_client"
 
-PENDING = frozenset({"explainJob"})
-"""Operations another change is adding, not called here yet.
-
-TODO(explain): when ``GET /jobs/{id}/explain`` (``explainJob``) lands, add a test that calls it
-through ``generated.call("explainJob", 200, ...)`` and asserts its typed answer, then drop it
-from this set.
-TODO(labels/name filters): when ``GET /jobs`` takes ``name`` and ``labels``, add one test that
-creates jobs with a name and labels (``JobCreate(name=..., labels=...)``) and lists them with
-``listed(generated, client, name=...)`` / ``labels="team=billing,env!=dev"``.
-"""
+PENDING: frozenset[str] = frozenset()
+"""Operations not called here (none: every operation has a call below)."""
 
 
 def _generator() -> Path:
@@ -266,7 +260,7 @@ async def test_patch_control_and_schedules(
         assert isinstance(patched.next_run_at, datetime) and patched.next_run_at.minute == 30
 
         upcoming = await generated.call("listUpcoming", 200, client, job.id, count=3)
-        assert isinstance(upcoming, m.FireTimes) and len(upcoming.fire_times) == 3
+        assert isinstance(upcoming, m.JobFireTimes) and len(upcoming.fire_times) == 3
         assert all(
             isinstance(t, datetime) and (t.hour, t.minute) == (6, 30) for t in upcoming.fire_times
         )
@@ -317,6 +311,122 @@ async def test_patch_control_and_schedules(
         assert isinstance(await generated.call("getHealth", 200, client), m.Health)
         ready = await generated.call("getReadiness", 200, client)
         assert ready.status == m.HealthStatus.OK
+
+
+async def test_names_labels_and_explain(
+    generated: Generated, make_settings: SettingsFactory, prefix: str
+) -> None:
+    m = generated.models
+    settings = make_settings()
+    async with (
+        start_stack(settings) as stack,
+        generated.client(stack.url, stack.token("alice")) as client,
+    ):
+        hourly = m.IntervalScheduleIn(type_=m.IntervalScheduleInType.INTERVAL, every_seconds=3600.0)
+        made = {}
+        for name, labels in [
+            ("billing-prod", {"team": "billing", "env": "prod"}),
+            ("billing-dev", {"team": "billing", "env": "dev"}),
+            ("ml", {"team": "ml"}),
+        ]:
+            made[name] = await generated.call(
+                "createJob", 201, client,
+                body=m.JobCreate(task_id=m.JobCreateTaskId.NOOP, schedule=hourly, name=name,
+                                 labels=m.JobCreateLabels.from_dict(labels)),
+            )  # fmt: skip
+        assert made["ml"].name == "ml" and made["ml"].labels.to_dict() == {"team": "ml"}
+        taken = await generated.call(
+            "createJob", 409, client,
+            body=m.JobCreate(task_id=m.JobCreateTaskId.NOOP, schedule=hourly, name="ml"),
+        )  # fmt: skip
+        assert isinstance(taken, m.Problem) and taken.code == "name_taken"
+
+        assert await listed(generated, client, name="ml") == [made["ml"].id]
+        billing_not_dev = await listed(generated, client, labels="team=billing,env!=dev")
+        assert billing_not_dev == [made["billing-prod"].id]
+        assert await listed(generated, client, labels="team in (billing,ml),!env") == [
+            made["ml"].id
+        ]
+        bad = await generated.call("listJobs", 422, client, labels="team in (")
+        assert [e.field for e in bad.errors] == ["labels"]
+
+        paused = await generated.call("pauseJob", 200, client, made["ml"].id)
+        why = await generated.call("explainJob", 200, client, paused.id)
+        assert isinstance(why, m.Explanation) and isinstance(why.at, datetime)
+        assert why.reasons[0].code == "paused"
+        assert why.reasons[0].severity == m.ReasonSeverity.BLOCKING
+
+
+async def test_dead_letters_replay_backfill_bulk_notifications_stats_and_cluster(
+    generated: Generated, make_settings: SettingsFactory, prefix: str
+) -> None:
+    m = generated.models
+    settings = make_settings()
+    async with (
+        start_stack(settings) as stack,
+        EventLog(settings.nats.url, prefix) as log,
+        generated.client(stack.url, stack.token("alice")) as client,
+        generated.client(stack.url, mint_token(
+            settings.gateway.auth_secret, "root", ttl=timedelta(hours=1), role=Role.ADMIN
+        )) as admin,
+    ):  # fmt: skip
+        failing = await generated.call(
+            "createJob", 201, client,
+            body=m.JobCreate(task_id=m.JobCreateTaskId.FAIL, max_attempts=1,
+                             parameters=m.JobCreateParameters.from_dict({"times": 5})),
+        )  # fmt: skip
+        await log.wait_status(failing.id, ExecutionStatus.FAILED, timeout_seconds=20)
+        await wait_executions(  # the recorder has stored it
+            stack.client(), failing.id, lambda rs: [r.status for r in rs] == ["FAILED"]
+        )
+        dead = await generated.call("listRuns", 200, client, status=m.ListRunsStatus.FAILED)
+        [letter] = dead.items
+        assert isinstance(letter, m.Execution) and letter.job_id == failing.id
+        replay = await generated.call("replayRun", 201, client, failing.id, letter.id)
+        assert replay.replay_of == letter.id and replay.id != letter.id
+        attempts = await generated.call(
+            "listNotificationAttempts", 200, client, failing.id, letter.id
+        )
+        assert isinstance(attempts, m.NotificationAttemptList) and attempts.items == []
+
+        bulk = await generated.call(
+            "bulkReplay", 202, client, body=m.BulkCreate(task_id="fail", error="on purpose")
+        )
+        assert isinstance(bulk, m.BulkAction) and bulk.kind == m.BulkKind.REPLAY
+        again = await generated.call("getBulk", 200, client, bulk.id)
+        assert again.id == bulk.id and isinstance(again.created_at, datetime)
+        cancel = await generated.call("bulkCancel", 202, client, body=m.BulkCreate(task_id="sleep"))
+        assert cancel.kind == m.BulkKind.CANCEL
+
+        cron = await generated.call(
+            "createJob", 201, client,
+            body=m.JobCreate(task_id=m.JobCreateTaskId.NOOP, schedule=m.CronScheduleIn(
+                type_=m.CronScheduleInType.CRON, expression="0 * * * *")),
+        )  # fmt: skip
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        plan = await generated.call(
+            "backfillJob", 200, client, cron.id,
+            body=m.BackfillRequest(from_=hour - timedelta(hours=3), to=hour, dry_run=True),
+        )  # fmt: skip
+        assert isinstance(plan, m.BackfillResult)
+        assert plan.fire_times == [hour - timedelta(hours=h) for h in (3, 2, 1)]
+
+        hook = m.NotifyIn(url="https://hooks.example.com/jobsched", on=[m.NotifyInOnItem.FAILURE])
+        mine = await generated.call(
+            "setNotificationDefault", 200, client, body=m.NotificationDefaultIn(notify=hook)
+        )
+        assert isinstance(mine, m.NotificationDefault)
+        got = await generated.call("getNotificationDefault", 200, client)
+        assert got.notify.url == "https://hooks.example.com/jobsched"
+
+        overview = await generated.call("getStatsOverview", 200, client)
+        assert isinstance(overview, m.StatsOverview) and overview.totals.to_dict()["FAILED"] >= 1
+        upcoming = await generated.call("getStatsUpcoming", 200, client, timezone="Europe/Berlin")
+        assert isinstance(upcoming, m.UpcomingHeatmap)
+        refused = await generated.call("getCluster", 403, client)
+        assert isinstance(refused, m.Problem)
+        cluster = await generated.call("getCluster", 200, admin)
+        assert isinstance(cluster, m.ClusterView) and isinstance(cluster.at, datetime)
 
 
 def test_every_operation_was_called(generated: Generated) -> None:
