@@ -53,7 +53,7 @@ from core.notifications import NotificationDefaultIn
 from core.ports import CancelRequests, GatewayBus, JobQuery, JobStore, RunInspector, StatusStream
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
-from gateway import dashboard, notifications, stats
+from gateway import apidocs, dashboard, notifications, stats
 from gateway.auth import principal_from_authorization
 from gateway.bulk import BulkRunner
 from gateway.cors import enable_cors, is_preflight
@@ -65,7 +65,7 @@ from gateway.inputs import (
     check_time_range,
 )
 from gateway.live import LiveStatus
-from gateway.openapi import docs_page, openapi_document
+from gateway.openapi import openapi_document
 from gateway.problems import TITLES, describe, problem
 from gateway.runs import RunService
 from gateway.service import JobService
@@ -188,6 +188,7 @@ def create_app(deps: GatewayDeps) -> web.Application:
     if deps.registry is not None:
         app.router.add_get("/metrics", metrics_handler(deps.registry))
     app.router.add_get("/docs", docs)
+    apidocs.add_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     dashboard.add_routes(app)
@@ -325,7 +326,12 @@ def _client_gone(request: web.Request) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    public = request.path in PUBLIC_PATHS or dashboard.is_public(request) or is_preflight(request)
+    public = (
+        request.path in PUBLIC_PATHS
+        or dashboard.is_public(request)
+        or apidocs.is_public(request)
+        or is_preflight(request)
+    )
     if not public:
         secret = request.app[DEPS].config.auth_secret
         header = request.headers.get("Authorization")
@@ -633,9 +639,8 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 
 async def docs(request: web.Request) -> web.Response:
-    """``GET /docs``: the API description as an HTML page."""
-    doc = openapi_document(task_ids=_task_ids(request))
-    return web.Response(text=docs_page(doc), content_type="text/html")
+    """``GET /docs``: the API description as an HTML page (Swagger UI; see gateway/apidocs.py)."""
+    return apidocs.page(openapi_document(task_ids=_task_ids(request)))
 
 
 def _task_ids(request: web.Request) -> list[str]:

@@ -4,16 +4,19 @@ Schemas come from :func:`msgspec.json.schema_components` (JSON Schema 2020-12, w
 uses); the routes, their parameters and their possible problems are listed once in
 :data:`ROUTES`. A test checks that ROUTES and the aiohttp router agree, and the schemathesis fuzz
 test checks the handlers against this document. Served at ``/openapi.json``; ``/docs`` renders
-it as a plain HTML page (no JavaScript, no CDN).
+it with Swagger UI (:mod:`gateway.apidocs`). Descriptions are CommonMark (OpenAPI 3.1 §4.5).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from core.audit import AuditRecord
 from core.backfill import BackfillRequest, BackfillResult
@@ -158,6 +161,15 @@ TAGS = (
 """Each operation's tag (the first path prefix that matches), grouping them in docs and
 generated clients."""
 
+TAG_DESCRIPTIONS = {
+    "jobs": "Create, list, change and control jobs.",
+    "runs": "A job's runs (executions) and their attempts.",
+    "schedules": "Fire times: a job's next ones, a cron expression's.",
+    "audit": "Who changed what, when.",
+    "tasks": "The task catalog.",
+    "health": "Liveness and readiness (no token needed).",
+}
+"""The tags in the order docs show them, with their descriptions (CommonMark)."""
 
 ID = Param("job_id", {"type": "string"}, "The job's id.", where="path", required=True)
 LIMIT = Param(
@@ -515,7 +527,9 @@ ROUTES: list[Route] = [
 """Every operation of the HTTP API. /ws, /metrics, /openapi.json, /docs and the dashboard's
 /ui are described in the README (they are not JSON request/response operations)."""
 
-UNDOCUMENTED = frozenset({"/ws", "/metrics", "/openapi.json", "/docs", *dashboard.ROUTE_PATHS})
+UNDOCUMENTED = frozenset(
+    {"/ws", "/metrics", "/openapi.json", "/docs", "/docs/assets/{name}", *dashboard.ROUTE_PATHS}
+)
 
 PROBLEM_TEXT = {
     400: "Malformed JSON.",
@@ -525,12 +539,33 @@ PROBLEM_TEXT = {
     409: "The job's status does not allow this, the Idempotency-Key was used for another body, "
     "or another of your jobs has this `name` (`name_taken`).",
     413: "The body is too large.",
-    415: "The body's Content-Type is not JSON (`application/json`).",
-    422: "Invalid input; `errors` names each field and the reason.",
+    415: "The body is not declared JSON: send `Content-Type: application/json`.",
+    422: "Invalid input; `errors` names each field and the reason (a duplicate JSON key and a "
+    "repeated query parameter are invalid too).",
     429: "A per-user quota (`limit` names it) does not allow this now; `Retry-After` says when "
     "to retry, when waiting helps.",
     503: "The store (or NATS) cannot be reached right now; nothing was changed. Retry.",
 }
+
+
+DESCRIPTION = """A distributed job scheduler.
+
+- Every operation but health needs `Authorization: Bearer <JWT>` (**Authorize** above, on
+  `/docs`); `jobsched token --user alice` mints one, `jobsched dev` prints one.
+- Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) problem details
+  (`application/problem+json`) with a stable `code`; a 422 names each invalid field in `errors`.
+- Instants are RFC 3339 in UTC; a duration is in the unit its name ends with
+  (`timeoutSeconds`, `jitterMs`)."""
+"""The document's description (CommonMark, as OpenAPI's descriptions are)."""
+
+SPHINX_ROLE = re.compile(r":(?:class|func|data|mod|meth|attr):`~?([^`]+)`")
+SNAKE_SPAN = re.compile(r"``([a-z]+(?:_[a-z]+)+)``")
+"""A docstring's code span of a Python field name (``max_attempts``): the API's is camelCase."""
+
+
+def _camel_span(match: re.Match[str]) -> str:
+    first, *rest = match.group(1).split("_")
+    return f"`{first}{''.join(w.capitalize() for w in rest)}`"
 
 
 def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -> dict[str, Any]:
@@ -570,11 +605,11 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
                 },
             }
         if r.response is None:
-            op["responses"][str(r.status)] = {"description": "Done."}
+            op["responses"][str(r.status)] = {"description": HTTPStatus(r.status).phrase}
         else:
             schema = {"$ref": REF.format(name=names[r.response])}
             op["responses"][str(r.status)] = {
-                "description": "OK",
+                "description": HTTPStatus(r.status).phrase,
                 "content": {"application/json": {"schema": schema}},
             }
             if r.status == 201 and r.response is Job:
@@ -593,15 +628,20 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
         if not r.public:
             op["security"] = [{"bearer": []}]
         paths.setdefault(r.path, {})[r.method] = op
+    _require_always_present(components, [r.response for r in ROUTES if r.response is not None])
+    for schema in components.values():
+        if "description" in schema:  # docstrings: a Sphinx role is a code span in CommonMark
+            text = SPHINX_ROLE.sub(r"`\1`", schema["description"])
+            schema["description"] = SNAKE_SPAN.sub(_camel_span, text)
     if task_ids:
         components["JobCreate"]["properties"]["taskId"]["enum"] = sorted(task_ids)
     return {
         "openapi": "3.1.0",
-        "tags": [{"name": tag} for tag in dict.fromkeys(t for _, t in TAGS)],
+        "tags": [{"name": tag, "description": text} for tag, text in TAG_DESCRIPTIONS.items()],
         "info": {
             "title": "jobsched",
             "version": "1.0.0",
-            "description": "A distributed job scheduler. Errors are RFC 9457 problem details.",
+            "description": DESCRIPTION,
         },
         "servers": [{"url": server_url}],
         "paths": paths,
@@ -612,6 +652,36 @@ def openapi_document(server_url: str = "/", task_ids: list[str] | None = None) -
             },
         },
     }
+
+
+def _require_always_present(components: dict[str, Any], responses: list[Any]) -> None:
+    """Mark every field of a response struct that is encoded with ``omit_defaults=False`` (a
+    job, a run, a page...: each field always present, ``null`` included) as ``required``, so a
+    generated client types ``job.status`` as a ``JobStatus``, not "a JobStatus or unset".
+
+    Structs reachable from a request body (``CronScheduleIn``...) are not response structs and
+    are left as they are: there a field with a default may be left out.
+    """
+    seen: dict[str, msgspec.inspect.StructType] = {}
+    stack = list(msgspec.inspect.multi_type_info(responses))
+    while stack:
+        t = stack.pop()
+        if isinstance(t, msgspec.inspect.StructType):
+            name = _name(t.cls)
+            if name in seen:
+                continue
+            seen[name] = t
+            stack.extend(f.type for f in t.fields)
+        else:
+            for attr in t.__struct_fields__:
+                value = getattr(t, attr)
+                nested = value if isinstance(value, tuple) else (value,)
+                stack.extend(v for v in nested if isinstance(v, msgspec.inspect.Type))
+    for name, t in seen.items():
+        cls = getattr(t.cls, "__origin__", t.cls)
+        if not cls.__struct_config__.omit_defaults and name in components:
+            required = components[name].setdefault("required", [])  # the tag field is in it
+            required.extend(f.encode_name for f in t.fields if f.encode_name not in required)
 
 
 def _job_links() -> dict[str, Any]:
@@ -632,40 +702,52 @@ def _name(t: Any) -> str:
     return str(ref.rsplit("/", 1)[-1])
 
 
-def docs_page(doc: dict[str, Any]) -> str:
-    """A plain HTML rendering of the document: every operation with its parameters and answers."""
+def docs_body(doc: dict[str, Any]) -> str:
+    """A plain HTML listing of the document (the ``/docs`` page without JavaScript): every
+    operation with its parameters, its request body's fields and its answers (status and text),
+    then the schemas."""
+    schemas = doc["components"]["schemas"]
     out = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>jobsched API</title>",
-        "<style>body{font-family:sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
-        "code{background:#f3f3f3;padding:0 .2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}h2{margin-top:2rem}</style>",
-        "</head><body><h1>jobsched API</h1>",
-        f"<p>{html.escape(doc['info']['description'])} Machine-readable: "
-        "<a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p>",
+        f"<h1>{html.escape(doc['info']['title'])} API</h1>",
+        f"<p>{html.escape(doc['info']['description'])}</p>",
+        "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p>",
     ]
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             out.append(f"<h2><code>{method.upper()} {html.escape(path)}</code></h2>")
             out.append(f"<p>{html.escape(op['summary'])}</p>")
-            if op.get("parameters"):
-                out.append("<table><tr><th>parameter</th><th>in</th><th>description</th></tr>")
-                for p in op["parameters"]:
-                    out.append(
-                        f"<tr><td><code>{html.escape(p['name'])}</code></td><td>{p['in']}</td>"
-                        f"<td>{html.escape(p['description'])}</td></tr>"
-                    )
-                out.append("</table>")
+            rows = [(p["name"], p["in"], p["description"]) for p in op.get("parameters", [])]
             if "requestBody" in op:
                 ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-                out.append(f"<p>Body: <code>{html.escape(ref.rsplit('/', 1)[-1])}</code></p>")
-            answers = ", ".join(
-                f"{code} {html.escape(r['description'])}" for code, r in op["responses"].items()
+                body = schemas[ref.rsplit("/", 1)[-1]]
+                required = set(body.get("required", []))
+                rows += [
+                    (name, "body" + (", required" if name in required else ""), _about(prop))
+                    for name, prop in body.get("properties", {}).items()
+                ]
+            if rows:
+                out.append("<table><tr><th>field</th><th>in</th><th>description</th></tr>")
+                out += [
+                    f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(where)}</td>"
+                    f"<td>{html.escape(text)}</td></tr>"
+                    for name, where, text in rows
+                ]
+                out.append("</table>")
+            answers = "; ".join(
+                html.escape(" ".join(dict.fromkeys([code, HTTPStatus(int(code)).phrase, text])))
+                for code, text in ((c, r["description"]) for c, r in op["responses"].items())
             )
             out.append(f"<p>Answers: {answers}</p>")
     out.append("<h2>Schemas</h2>")
-    for name, schema in doc["components"]["schemas"].items():
+    for name, schema in schemas.items():
         props = ", ".join(f"<code>{html.escape(k)}</code>" for k in schema.get("properties", {}))
         kind = html.escape(str(schema.get("type", "")))
         out.append(f"<p><b>{html.escape(name)}</b>: {props or kind}</p>")
-    out.append("</body></html>")
     return "\n".join(out)
+
+
+def _about(prop: dict[str, Any]) -> str:
+    """A property's description and type, for the plain listing."""
+    variants = prop.get("anyOf", [prop])
+    types = [v.get("format", v.get("type", v.get("$ref", "").rsplit("/", 1)[-1])) for v in variants]
+    return " ".join(filter(None, [prop.get("description"), f"({' or '.join(map(str, types))})"]))

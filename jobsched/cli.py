@@ -32,6 +32,7 @@ from jobsched import (
     cli_notify,  # noqa: F401  (registers its commands in COMMANDS)
     eventloop,
 )
+from jobsched.cli_audit import COMMANDS as AUDIT_COMMANDS
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.cli_runs import RUN_COMMANDS
 from jobsched.client import ApiError, JobschedClient
@@ -466,7 +467,7 @@ def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | N
 # --- client commands -------------------------------------------------------------------------
 
 
-for _command in [*COMMANDS, *RUN_COMMANDS]:
+for _command in [*COMMANDS, *RUN_COMMANDS, *AUDIT_COMMANDS]:
     main.add_command(_command)
 
 

@@ -1,5 +1,6 @@
 """The ``jobsched`` commands that talk to the API: submit, patch, list, get, executions, the
-controls (pause, resume, cancel, trigger, delete), preview, upcoming, explain, watch, tasks.
+controls (pause, resume, cancel, trigger, delete), preview, upcoming, explain, watch, tasks (one run
+and the audit trail: :mod:`jobsched.cli_audit`).
 
 Each finds the gateway and token in ``--url`` / ``--token`` (env ``JOBSCHED_URL`` /
 ``JOBSCHED_TOKEN``) or in the running ``jobsched dev``'s ``dev.json``, and prints with
@@ -157,7 +158,7 @@ def _schedule_words(job: Job) -> str:
         case "interval":
             return f"every {s['everySeconds']:g}s"
         case "once":
-            return f"once {s['executeAt']}"
+            return f"once {isoformat_z(datetime.fromisoformat(s['executeAt']))}"
         case _:
             return "immediate"
 
@@ -391,6 +392,25 @@ def _spec_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 help="Seconds late an occurrence may still start as scheduled.",
             ),
             click.option(
+                "--max-catch-up",
+                type=int,
+                default=None,
+                help="misfirePolicy runAll: at most this many missed runs.",
+            ),
+            click.option(
+                "--history-limit",
+                type=int,
+                default=None,
+                help="Keep this many finished runs [default: the deployment's].",
+            ),
+            click.option(
+                "--history-max-age",
+                "history_max_age_seconds",
+                type=float,
+                default=None,
+                help="Keep finished runs this many seconds [default: the deployment's].",
+            ),
+            click.option(
                 "--overlap-policy",
                 type=click.Choice([p.value for p in OverlapPolicy]),
                 default=None,
@@ -464,6 +484,9 @@ def _spec(
     queue: str | None,
     misfire_policy: str | None,
     misfire_grace_seconds: float | None,
+    max_catch_up: int | None,
+    history_limit: int | None,
+    history_max_age_seconds: float | None,
     overlap_policy: str | None,
     concurrency_key: str | None = None,
     max_concurrent: int | None = None,
@@ -486,6 +509,9 @@ def _spec(
         ("queue", queue),
         ("misfirePolicy", misfire_policy),
         ("misfireGraceSeconds", misfire_grace_seconds),
+        ("maxCatchUp", max_catch_up),
+        ("historyLimit", history_limit),
+        ("historyMaxAgeSeconds", history_max_age_seconds),
         ("overlapPolicy", overlap_policy),
         ("maxConcurrent", max_concurrent),
         ("concurrencyPolicy", concurrency_policy),
@@ -577,6 +603,9 @@ _SPEC_KEYS = (
     "queue",
     "misfire_policy",
     "misfire_grace_seconds",
+    "max_catch_up",
+    "history_limit",
+    "history_max_age_seconds",
     "overlap_policy",
     "concurrency_key",
     "max_concurrent",
@@ -638,6 +667,8 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 @click.option("--created-before", default=None, help="Only jobs created before this time.")
 @click.option("--limit", type=int, default=20, show_default=True)
 @click.option("--cursor", default=None, help="nextCursor of a previous page.")
+@click.option("--owner", default=None, help="Another user's jobs (admins only).")
+@click.option("--all-users", is_flag=True, help="Every user's jobs (admins only).")
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --output json.")
 @_output_option("table")
 @_client_options
@@ -651,6 +682,8 @@ def list_(
     created_before: str | None,
     limit: int,
     cursor: str | None,
+    owner: str | None,
+    all_users: bool,
     as_json: bool,
     output: str,
     url: str | None,
@@ -670,6 +703,8 @@ def list_(
             end_time=_instant(created_before, "--created-before"),
             limit=limit,
             cursor=cursor,
+            owner=owner,
+            all_users=all_users,
         ),
     )
     if as_json or output == "json":

@@ -360,6 +360,11 @@ class JobschedClient(HttpRunsApi):
             await self._request("GET", f"/jobs/{job_id}/executions", params=params)
         )
 
+    async def get_execution(self, job_id: str, execution_id: str) -> Execution:
+        """``GET /jobs/{id}/executions/{executionId}``: one run with its attempts."""
+        path = f"/jobs/{job_id}/executions/{execution_id}"
+        return _execution_decoder.decode(await self._request("GET", path))
+
     async def tasks(self) -> list[dict[str, Any]]:
         data = msgspec.json.decode(await self._request("GET", "/tasks"))
         items: list[dict[str, Any]] = data["items"]
