@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,7 +70,7 @@ from gateway.openapi import openapi_document
 from gateway.problems import TITLES, describe, problem
 from gateway.runs import RunService
 from gateway.service import JobService
-from gateway.ws import websocket
+from gateway.ws import close_all, websocket
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ RUNS = web.AppKey("runs", RunService)
 BULK_RUNNER = web.AppKey("bulk_runner", BulkRunner)
 PRINCIPAL = web.RequestKey("principal", Principal)
 LIVE = web.AppKey("live", LiveStatus)
+SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 REQUEST_ID = web.RequestKey("request_id", str)
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/ws", "/openapi.json", "/docs", "/metrics"})
 """No bearer token needed: health, the API description, and /ws (which authenticates itself)."""
@@ -183,6 +185,8 @@ def create_app(deps: GatewayDeps) -> web.Application:
         metrics=deps.metrics,
     )
     app.cleanup_ctx.append(_live_status_feed)
+    app[SOCKETS] = weakref.WeakSet()
+    app.on_shutdown.append(_close_websockets)
     app.router.add_get("/ws", live_status)
     app.router.add_get("/openapi.json", openapi_json)
     if deps.registry is not None:
@@ -208,6 +212,12 @@ async def _live_status_feed(app: web.Application) -> AsyncIterator[None]:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+async def _close_websockets(app: web.Application) -> None:
+    """On shutdown, before aiohttp waits for the handlers: close the live-status WebSockets
+    (1001 Going Away), so their clients reconnect elsewhere at once."""
+    await close_all(app[SOCKETS])
 
 
 async def _bulk_runner(app: web.Application) -> AsyncIterator[None]:
@@ -630,6 +640,7 @@ async def live_status(request: web.Request) -> web.StreamResponse:
         secret=deps.config.auth_secret,
         max_buffer=deps.config.ws_buffer_events,
         stall_seconds=deps.config.ws_stall_seconds,
+        sockets=request.app[SOCKETS],
     )
 
 

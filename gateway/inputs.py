@@ -22,18 +22,27 @@ structured syntax suffix)."""
 
 
 def check_json_media_type(content_type: str | None) -> None:
-    """Accept a JSON body's ``Content-Type`` (its media type, parameters ignored); an absent
-    header is taken as JSON (RFC 9110 §8.3 leaves it to the recipient).
+    """Accept a JSON body's ``Content-Type``: a JSON media type, with no ``charset`` or
+    ``charset=utf-8`` (JSON is UTF-8, RFC 8259 §8.1); an absent header is taken as JSON
+    (RFC 9110 §8.3 leaves it to the recipient).
 
     Raises:
         UnsupportedMediaType: another media type (``text/plain``, a form,
-            ``application/octet-stream`` …): 415 (RFC 9110 §15.5.16).
+            ``application/octet-stream`` …) or another charset: 415 (RFC 9110 §15.5.16).
     """
     if content_type is None or not content_type.strip():
         return
-    media_type = content_type.partition(";")[0].strip().lower()
-    if media_type in JSON_MEDIA_TYPES or (
-        media_type.startswith("application/") and media_type.endswith("+json")
+    media_type, _, parameters = content_type.partition(";")
+    media_type = media_type.strip().lower()
+    charsets = [
+        value.strip().strip('"').lower()
+        for name, _, value in (p.partition("=") for p in parameters.split(";"))
+        if name.strip().lower() == "charset"
+    ]
+    utf8 = all(c in ("utf-8", "utf8") for c in charsets)
+    if utf8 and (
+        media_type in JSON_MEDIA_TYPES
+        or (media_type.startswith("application/") and media_type.endswith("+json"))
     ):
         return
     raise UnsupportedMediaType(

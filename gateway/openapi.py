@@ -166,6 +166,11 @@ TAG_DESCRIPTIONS = {
     "runs": "A job's runs (executions) and their attempts.",
     "schedules": "Fire times: a job's next ones, a cron expression's.",
     "audit": "Who changed what, when.",
+    "diagnostics": "Why a job's next run has not started (`GET /jobs/{id}/explain`).",
+    "bulk": "Replay or cancel every run a filter selects, in the background.",
+    "notifications": "Your default webhook for finished runs.",
+    "stats": "The dashboard's Overview and Upcoming data.",
+    "cluster": "Admins: schedulers, their leases, queues and workers.",
     "tasks": "The task catalog.",
     "health": "Liveness and readiness (no token needed).",
 }

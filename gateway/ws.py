@@ -35,6 +35,7 @@ import enum
 import logging
 import re
 import socket
+import weakref
 from collections import deque
 from typing import Annotated, Any, Literal, Protocol
 
@@ -53,6 +54,7 @@ CLOSE_AUTH = 4001
 CLOSE_BAD_REQUEST = 4000
 CLOSE_SLOW = 4008
 CLOSE_UNAVAILABLE = 1013
+CLOSE_GOING_AWAY = 1001
 
 
 class AuthMessage(msgspec.Struct, tag="auth", tag_field="type", forbid_unknown_fields=True):
@@ -313,12 +315,16 @@ async def websocket(
     secret: str,
     max_buffer: int = 1000,
     stall_seconds: float = 5.0,
+    sockets: weakref.WeakSet[web.WebSocketResponse] | None = None,
 ) -> web.WebSocketResponse:
-    """Serve one WebSocket connection (see module docstring)."""
+    """Serve one WebSocket connection (see module docstring); it joins ``sockets``, the
+    connections :func:`close_all` closes when the gateway shuts down."""
     ws = web.WebSocketResponse(
         heartbeat=20.0, max_msg_size=64 * 1024, writer_limit=WRITE_BUFFER_BYTES
     )
     await ws.prepare(request)
+    if sockets is not None:
+        sockets.add(ws)
     transport = request.transport
     sock = transport.get_extra_info("socket") if transport else None
     if sock is not None:
@@ -347,6 +353,17 @@ async def websocket(
     finally:
         live.metrics.ws_connections.dec()
     return ws
+
+
+async def close_all(sockets: weakref.WeakSet[web.WebSocketResponse]) -> None:
+    """Close every open connection with 1001 Going Away (RFC 6455 §7.4.1): a gateway that
+    stops tells its clients to reconnect (to another gateway, with their last event id) at
+    once, instead of holding its shutdown until they leave."""
+    open_ = [ws for ws in list(sockets) if not ws.closed]
+    await asyncio.gather(
+        *(ws.close(code=CLOSE_GOING_AWAY, message=b"gateway shutting down") for ws in open_),
+        return_exceptions=True,
+    )
 
 
 async def _authenticate(

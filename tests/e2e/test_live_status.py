@@ -285,3 +285,28 @@ async def test_a_client_that_resets_its_connection_mid_replay_ends_quietly(
                 await asyncio.sleep(0.05)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+async def test_a_stopping_gateway_closes_its_websockets_with_1001(
+    make_settings: SettingsFactory,
+) -> None:
+    """A rolling restart tells each live client to go elsewhere at once (1001 Going Away)
+    rather than holding the gateway's shutdown until the client leaves."""
+    async with start_stack(make_settings()) as stack, aiohttp.ClientSession() as session:
+        ws = await session.ws_connect(stack.url.replace("http", "ws") + "/ws")
+        await ws.send_str(json.dumps({"type": "auth", "token": stack.token("alice")}))
+        await ws.send_str(json.dumps({"type": "subscribe"}))
+        async with asyncio.timeout(10):
+            assert json.loads((await ws.receive()).data)["type"] == "authenticated"
+            assert json.loads((await ws.receive()).data)["type"] == "subscribed"
+        stopping = asyncio.create_task(stack.stop())
+        async with asyncio.timeout(10):
+            msg = await ws.receive()
+        assert (msg.type, msg.data, msg.extra) == (
+            aiohttp.WSMsgType.CLOSE,
+            1001,
+            "gateway shutting down",
+        )
+        async with asyncio.timeout(10):
+            await stopping
+        await ws.close()
