@@ -35,6 +35,7 @@ from jobsched import (
 from jobsched.cli_audit import COMMANDS as AUDIT_COMMANDS
 from jobsched.cli_jobs import COMMANDS, DEV_FILE
 from jobsched.cli_runs import RUN_COMMANDS
+from jobsched.cli_stats import COMMANDS as STATS_COMMANDS
 from jobsched.client import ApiError, JobschedClient
 from jobsched.datadir import DataDirInUse, DataDirLock, write_private
 from jobsched.eventloop import EventLoopChoice
@@ -467,7 +468,7 @@ def token(user: str, role: str, scope: str, ttl_hours: float, data_dir: Path | N
 # --- client commands -------------------------------------------------------------------------
 
 
-for _command in [*COMMANDS, *RUN_COMMANDS, *AUDIT_COMMANDS]:
+for _command in [*COMMANDS, *RUN_COMMANDS, *AUDIT_COMMANDS, *STATS_COMMANDS]:
     main.add_command(_command)
 
 

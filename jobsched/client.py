@@ -26,10 +26,13 @@ from bus.callout import api_inbox_prefix
 from bus.nats import NatsClient
 from bus.tls import verifying_context, wants_tls
 from core.audit import AuditRecord
+from core.cluster import ClusterView
 from core.explain import Explanation
+from core.heatmap import UpcomingHeatmap
 from core.model import Event, Execution, Job, JobCreate, Page, Problem
 from core.notifications import NotificationAttempt, NotificationAttemptList, NotificationDefault
 from core.notify_spec import NotifyIn
+from core.stats import StatsOverview
 from jobsched.client_runs import HttpRunsApi, NatsRunsApi
 
 T = TypeVar("T")
@@ -43,6 +46,9 @@ _problem_decoder = msgspec.json.Decoder(Problem)
 _execution_decoder = msgspec.json.Decoder(Execution)
 _audit_decoder = msgspec.json.Decoder(Page[AuditRecord])
 _explanation_decoder = msgspec.json.Decoder(Explanation)
+_overview_decoder = msgspec.json.Decoder(StatsOverview)
+_heatmap_decoder = msgspec.json.Decoder(UpcomingHeatmap)
+_cluster_decoder = msgspec.json.Decoder(ClusterView)
 
 
 class FireTimes(msgspec.Struct, frozen=True, rename="camel"):
@@ -352,6 +358,45 @@ class JobschedClient(HttpRunsApi):
         )
         return _audit_decoder.decode(await self._request("GET", "/audit", params=params))
 
+    async def stats_overview(
+        self, *, owner: str | None = None, all_users: bool = False
+    ) -> StatsOverview:
+        """``GET /stats/overview``: the last hour's runs per final status and minute, the
+        failure rate, schedule-to-start delay percentiles (ms) and unfinished runs per queue.
+
+        Your own runs; ``owner`` (another user's) and ``all_users`` need an admin token.
+
+        Raises:
+            ApiError: 403 another user's or everyone's asked without an admin token.
+        """
+        params = _params(owner=owner, allUsers="true" if all_users else None)
+        return _overview_decoder.decode(
+            await self._request("GET", "/stats/overview", params=params)
+        )
+
+    async def stats_upcoming(
+        self, *, timezone: str = "UTC", owner: str | None = None, all_users: bool = False
+    ) -> UpcomingHeatmap:
+        """``GET /stats/upcoming``: fire times of the next 7 days per wall-clock hour of
+        ``timezone`` (an IANA zone), with the fire times a DST transition changes.
+
+        Scoped as :meth:`stats_overview`.
+
+        Raises:
+            ApiError: 422 ``timezone`` is not an IANA zone; 403 as :meth:`stats_overview`.
+        """
+        params = _params(timezone=timezone, owner=owner, allUsers="true" if all_users else None)
+        return _heatmap_decoder.decode(await self._request("GET", "/stats/upcoming", params=params))
+
+    async def cluster(self) -> ClusterView:
+        """``GET /cluster`` (admins): schedulers with their partition leases and expiry,
+        unleased partitions, queues with their depth, workers with their in-flight runs.
+
+        Raises:
+            ApiError: 403 the token is not an admin's; 503 NATS did not answer.
+        """
+        return _cluster_decoder.decode(await self._request("GET", "/cluster"))
+
     async def list_executions(
         self, job_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> Page[Execution]:
@@ -449,6 +494,8 @@ class NatsJobschedClient(NatsRunsApi):
 
     The same operations, structs and errors as HTTP; see :mod:`gateway.natsapi`. It connects
     with ``token`` as its NATS token and its own inbox (:func:`nats_api_connect_options`).
+    The dashboard's statistics (``stats_overview``, ``stats_upcoming``, ``cluster``) are not
+    here: the NATS API does not serve them; use :class:`JobschedClient`.
 
     Args:
         servers: NATS server URLs.
