@@ -68,7 +68,8 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 class BackfillResult(Model, kw_only=True, omit_defaults=False, frozen=True):
     """The answer of ``POST /jobs/{id}/backfill``: the fire times, each occurrence's run, and
     counts: ``queued`` runs created to run now, ``skipped`` created as SKIPPED by the overlap
-    policy, ``existing`` occurrences that had a run already (on a dry run: all zero)."""
+    policy, ``existing`` occurrences that had a run already (a dry run counts what the
+    backfill would do); each occurrence that has a run shows that run's status."""
 
     dry_run: bool
     overlap_policy: OverlapPolicy

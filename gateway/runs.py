@@ -46,7 +46,8 @@ from core.bulk import (
     replay_nonce,
 )
 from core.errors import BusUnavailable, ExecutionNotFound, FieldError, InvalidRequest
-from core.model import Execution, ExecutionStatus, Job, JobStatus, Page
+from core.ids import execution_id
+from core.model import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy, Page
 from core.ports import DispatchOutcome, JobStatusConflict, ManualDispatch
 from core.quotas import TokenRequest
 from core.runs import backfill_run, dispatched, replay_run
@@ -238,21 +239,21 @@ class RunService:
         policy = body.overlap_policy or job.overlap_policy
         active = job.status == JobStatus.RUNNING
         reason = skip_reason(policy, active=active)
+        had = {
+            e.id: e
+            for e in await self.store.get_executions([execution_id(job.id, t) for t in times])
+        }
+        new_times = [t for t in times if execution_id(job.id, t) not in had]
+        plan = planned_statuses(len(new_times), policy, active=active)
         runs = [
             backfill_run(job, t, now, skip_reason=None if s == ExecutionStatus.QUEUED else reason)
-            for t, s in zip(times, planned_statuses(len(times), policy, active=active), strict=True)
+            for t, s in zip(new_times, plan, strict=True)
         ]
-        if body.dry_run:
-            return BackfillResult(
-                dry_run=True,
-                overlap_policy=policy,
-                fire_times=times,
-                runs=[
-                    BackfillRun(scheduled_for=r.scheduled_for, execution_id=r.id, status=r.status)
-                    for r in runs
-                ],
-            )
         queued = sum(1 for r in runs if r.status == ExecutionStatus.QUEUED)
+        if body.dry_run:
+            return _backfill_result(
+                job, times, had, runs, [False] * len(runs), policy, dry_run=True
+            )
         rate = self.jobs.config.quotas.runs
         if rate is not None and queued > rate.capacity:
             raise InvalidRequest(
@@ -276,32 +277,11 @@ class RunService:
         log.info(
             "job %s backfilled: %d occurrences, %d created",
             job.id,
-            len(runs),
+            len(times),
             n_created,
             extra={"job_id": job.id},
         )
-        return BackfillResult(
-            dry_run=False,
-            overlap_policy=policy,
-            fire_times=times,
-            runs=[
-                BackfillRun(
-                    scheduled_for=r.scheduled_for, execution_id=r.id, status=r.status, created=c
-                )
-                for r, c in zip(runs, created, strict=True)
-            ],
-            queued=sum(
-                1
-                for r, c in zip(runs, created, strict=True)
-                if c and r.status == ExecutionStatus.QUEUED
-            ),
-            skipped=sum(
-                1
-                for r, c in zip(runs, created, strict=True)
-                if c and r.status == ExecutionStatus.SKIPPED
-            ),
-            existing=len(runs) - n_created,
-        )
+        return _backfill_result(job, times, had, runs, created, policy, dry_run=False)
 
     # --- bulk actions --------------------------------------------------------------------------
 
@@ -465,3 +445,47 @@ def _bulk_statuses(kind: BulkKind, status: ExecutionStatus | None) -> list[Execu
             FieldError("status", "a cancel takes QUEUED, RUNNING or RETRYING runs")
         )
     return [status]
+
+
+def _backfill_result(
+    job: Job,
+    times: list[datetime],
+    had: dict[str, Execution],
+    runs: list[Execution],
+    created: list[bool],
+    policy: OverlapPolicy,
+    *,
+    dry_run: bool,
+) -> BackfillResult:
+    """The answer of a backfill: each occurrence with the status of the run it has (``had``)
+    or gets (``runs``, ``created`` by this call; on a dry run: planned, created by none), and
+    the counts of what the call does or, on a dry run, would do."""
+    new = {r.id: (r, c) for r, c in zip(runs, created, strict=True)}
+    rows: list[BackfillRun] = []
+    queued = skipped = existing = 0
+    for t in times:
+        run_id = execution_id(job.id, t)
+        if run_id in had:
+            rows.append(
+                BackfillRun(scheduled_for=t, execution_id=run_id, status=had[run_id].status)
+            )
+            existing += 1
+            continue
+        run, made = new[run_id]
+        rows.append(
+            BackfillRun(scheduled_for=t, execution_id=run_id, status=run.status, created=made)
+        )
+        if made or dry_run:
+            queued += run.status == ExecutionStatus.QUEUED
+            skipped += run.status == ExecutionStatus.SKIPPED
+        else:  # another call created it between the look-up and the dispatch
+            existing += 1
+    return BackfillResult(
+        dry_run=dry_run,
+        overlap_policy=policy,
+        fire_times=times,
+        runs=rows,
+        queued=queued,
+        skipped=skipped,
+        existing=existing,
+    )

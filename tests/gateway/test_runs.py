@@ -274,6 +274,29 @@ async def test_a_backfill_creates_marked_runs_once_under_the_overlap_policy(gw: 
     assert sorted(n or 0 for n in backfills) == [0, 6, 6]
 
 
+async def test_a_dry_run_counts_what_a_backfill_would_do_beside_the_runs_there_are(
+    gw: Gateway,
+) -> None:
+    job = await gw.job()
+    await gw.clock.advance(timedelta(seconds=1))
+    first = {**window(60, 0), "overlapPolicy": "allow"}
+    _, made, _ = await gw.call("POST", f"/jobs/{job.id}/backfill", body=first)
+    [one, *_] = made["runs"]
+    [stored] = await gw.store.get_executions([one["executionId"]])
+    await gw.store.apply_events(
+        [run_event(stored, ExecutionStatus.SUCCEEDED, attempt=1, at=T0, finished_at=T0)]
+    )
+    body = {**window(90, 0), "overlapPolicy": "allow", "dryRun": True}
+    status, plan, _ = await gw.call("POST", f"/jobs/{job.id}/backfill", body=body)
+    assert status == 200, plan
+    assert (plan["queued"], plan["skipped"], plan["existing"]) == (3, 0, 6)
+    by_id = {r["executionId"]: r["status"] for r in plan["runs"]}
+    assert by_id[one["executionId"]] == "SUCCEEDED"  # the run it has, not a planned one
+    assert list(by_id.values()).count("QUEUED") == 3 + 5
+    _, done, _ = await gw.call("POST", f"/jobs/{job.id}/backfill", body={**body, "dryRun": False})
+    assert (done["queued"], done["skipped"], done["existing"]) == (3, 0, 6)
+
+
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
