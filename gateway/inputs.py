@@ -45,9 +45,10 @@ def check_json_media_type(content_type: str | None) -> None:
         or (media_type.startswith("application/") and media_type.endswith("+json"))
     ):
         return
+    shown = content_type.strip() if not utf8 else media_type
     raise UnsupportedMediaType(
-        f"Content-Type {media_type!r} is not supported here; send the body as "
-        f"{' or '.join(JSON_MEDIA_TYPES)}"
+        f"Content-Type {shown!r} is not supported here; send the body as "
+        f"{' or '.join(JSON_MEDIA_TYPES)} (UTF-8)"
     )
 
 

@@ -123,8 +123,8 @@ class GuardedResolver(AbstractResolver):
 
 def _refused(host: str, reason: str) -> TaskError:
     return TaskError(
-        f"refused to connect to {host}: {reason} (setting http_allowed_networks allows "
-        "internal targets)",
+        f"refused to connect to {host}: {reason} (JOBSCHED_HTTP_ALLOWED_NETWORKS on "
+        "the workers allows internal targets)",
         retryable=False,
     )
 
