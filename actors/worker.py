@@ -567,7 +567,10 @@ class Worker:
     ) -> None:
         now = self.clock.now()
         base = self._event_base(run, attempt, started)
-        reason = "cancelled: the job was cancelled or deleted, or the run was replaced"
+        reason = (
+            "cancelled: its job was cancelled or deleted, or the run itself was cancelled "
+            "(a bulk cancel, or a newer run under overlapPolicy replace)"
+        )
         await self._report(
             msgspec.structs.replace(
                 base, status=ExecutionStatus.CANCELLED, at=now, finished_at=now, error=reason
