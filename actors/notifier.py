@@ -75,11 +75,13 @@ the notifier nor is it dropped."""
 
 @dataclass(frozen=True, slots=True)
 class WebhookResult:
-    """The answer to one POST: the HTTP status (None: none came) and why it failed (None: a
-    2xx)."""
+    """The answer to one POST: the HTTP status (None: none came), why it failed (None: a
+    2xx), and whether a retry cannot help (``final``: the SSRF guard refused the address, as
+    the ``http`` task fails such a run at once)."""
 
     status_code: int | None
     error: str | None
+    final: bool = False
 
     @property
     def ok(self) -> bool:
@@ -257,7 +259,7 @@ class Notifier:
         self.attempts += 1
         outcome_label = "delivered" if result.ok else "failed"
         self.metrics.notification_attempts.labels(status=outcome_label).inc()
-        retry = n.retry_at_attempt(number, result.ok)
+        retry = not result.final and n.retry_at_attempt(number, result.ok)
         delay = timedelta(seconds=self.retry.delay_seconds(number))
         next_at = to_utc_ms(at + delay) if retry else None
         extra = {"execution_id": run.id, "job_id": run.job_id, "attempt": number}

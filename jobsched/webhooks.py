@@ -61,7 +61,7 @@ class AiohttpSender:
                 text = excerpt.decode("utf-8", errors="replace")
                 return WebhookResult(resp.status, f"HTTP {resp.status}: {text!r}")
         except TaskError as e:  # the SSRF guard refused every address
-            return WebhookResult(None, str(e))
+            return WebhookResult(None, str(e), final=True)
         except TimeoutError:
             return WebhookResult(None, f"no answer within {self.timeout_seconds:g} s")
         except (aiohttp.ClientError, ValueError, OSError) as e:
