@@ -150,6 +150,7 @@ async def test_skip_policy_records_skipped_with_the_reason(
         [event] = [e for e in log.of(skipped.id) if e.status == ExecutionStatus.SKIPPED]
         assert event.error is not None and event.error.startswith("concurrency:")
         assert run.error == event.error
+        assert run.skip_reason == event.error  # as an overlap skip's
 
 
 @pytest.mark.parametrize(
