@@ -4,8 +4,8 @@
 ============  ======================================================  ==================
 operation     request body                                            reply
 ============  ======================================================  ==================
-``runs``      ``{"status", "taskId", "from", "to", "error", "limit",  a page of runs
-              "cursor", "owner", "allUsers"}`` (as ``GET /executions``;
+``runs``      ``{"status", "taskId", "from", "to", "error", "labels",  a page of runs
+              "limit", "cursor", "owner", "allUsers"}`` (as ``GET /executions``;
               default status FAILED: the dead letters)
 ``replay``    ``{"jobId": …, "executionId": …}``                      the new run
 ``backfill``  ``{"id": <job id>, "from", "to", "dryRun",              the backfill result
