@@ -3,6 +3,7 @@
 - A queue's state: JetStream consumer info (``$JS.API.CONSUMER.INFO.<P>_WORK.workers-<queue>``)
   of the durable consumer every worker of the queue shares; a missing consumer means no worker of
   the queue has ever started.
+- A concurrency key's slots: its entry in the slot bucket (:meth:`bus.slots.SlotBucket.explain`).
 - A partition's lease: the last message of ``$KV.<p>_leases.p.<partition>`` in the lease bucket's
   stream (``$JS.API.STREAM.MSG.GET``, NATS ADR-8 KV on JetStream) and the bucket's ``max_age``
   (``$JS.API.STREAM.INFO``): a lease expires ``max_age`` after its last write. A delete or purge
@@ -20,6 +21,8 @@ import nats.js.errors
 
 from bus.leases import LeaseValue
 from bus.nats import Bus, translated
+from bus.slots import SlotBucket
+from core.concurrency import ConcurrencyWait
 from core.explain import LeaseView, QueueState
 from core.timeutil import to_utc_ms
 
@@ -33,6 +36,7 @@ class BusInspector:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.lease_bucket = f"{bus.config.prefix}_leases"
+        self.slots = SlotBucket(bus)  # never creates the bucket; only reads are made of it
 
     async def queue_state(self, queue: str) -> QueueState:
         """See :meth:`core.ports.QueueInspector.queue_state`."""
@@ -49,6 +53,12 @@ class BusInspector:
             in_progress=int(info.num_ack_pending or 0),
             waiting_pulls=int(info.num_waiting or 0),
         )
+
+    async def concurrency_wait(
+        self, owner: str, key: str, max_concurrent: int, execution_id: str | None, now_ms: int
+    ) -> ConcurrencyWait:
+        """See :meth:`core.ports.SlotInspector.concurrency_wait`."""
+        return await self.slots.explain(owner, key, max_concurrent, execution_id, now_ms)
 
     async def partition_lease(self, partition: int) -> LeaseView:
         """See :meth:`core.ports.LeaseInspector.partition_lease`."""

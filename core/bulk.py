@@ -27,6 +27,7 @@ import msgspec
 
 from core.access import Role
 from core.errors import Conflict, NotFound
+from core.labels import Selector, parse_selector
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
     ExecutionStatus,
@@ -56,9 +57,8 @@ class RunQuery:
         scheduled_from / scheduled_to: ``scheduledFor`` >= / < these (aware UTC).
         error: only runs whose error contains this text (case-insensitive; at most
             :data:`MAX_ERROR_FILTER` characters).
-
-    Extension point: a label selector (``labels``) joins these once jobs carry labels; until
-    then a bulk filter has none.
+        labels: only runs whose job's labels match this Kubernetes label selector
+            (:func:`core.labels.parse_selector`; None or empty: any job).
     """
 
     status: ExecutionStatus = ExecutionStatus.FAILED
@@ -66,6 +66,7 @@ class RunQuery:
     scheduled_from: datetime | None = None
     scheduled_to: datetime | None = None
     error: str | None = None
+    labels: Selector | None = None
 
 
 class BulkKind(enum.StrEnum):
@@ -101,8 +102,10 @@ class BulkCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     ``status``: replay: one of FAILED (default), CANCELLED, SUCCEEDED; cancel: one of QUEUED,
     RUNNING, RETRYING (default: all three). ``from`` / ``to``: the runs' ``scheduledFor``
     range (RFC 3339 with an offset; ``to`` exclusive). ``error``: a case-insensitive substring
-    of the run's error. ``owner`` / ``allUsers``: an admin's choice of another user's runs or
-    everyone's (a user: their own runs only).
+    of the run's error. ``labels``: a label selector over the runs' jobs
+    (``"team=billing,env!=dev"``, :func:`core.labels.parse_selector`). ``owner`` /
+    ``allUsers``: an admin's choice of another user's runs or everyone's (a user: their own
+    runs only).
     """
 
     status: ExecutionStatus | None = None
@@ -110,6 +113,7 @@ class BulkCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     scheduled_from: Instant | None = msgspec.field(default=None, name="from")
     scheduled_to: Instant | None = msgspec.field(default=None, name="to")
     error: ErrorFilter | None = None
+    labels: str | None = None
     owner: str | None = None
     all_users: bool = False
 
@@ -123,6 +127,8 @@ class BulkFilter(Model, kw_only=True, omit_defaults=False, frozen=True):
     scheduled_to: Instant | None = msgspec.field(default=None, name="to")
     error: str | None = None
     owner: str | None = None
+    labels: str | None = None
+    """A label selector over the runs' jobs, as given (checked at creation)."""
 
 
 class BulkAction(Model, kw_only=True, omit_defaults=False, frozen=True):
@@ -195,6 +201,7 @@ def phase_query(action: BulkAction) -> RunQuery | None:
         scheduled_from=f.scheduled_from,
         scheduled_to=to,
         error=f.error,
+        labels=parse_selector(f.labels, "labels") if f.labels else None,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Literal
 import msgspec
 
 from core import cron
+from core.concurrency import ConcurrencyWait
 from core.dispatch import due_at, previous_active
 from core.errors import InvalidRequest
 from core.model import (
@@ -71,6 +72,7 @@ class Code(enum.StrEnum):
     OVERLAP_WILL_REPLACE = "overlap_will_replace"
     RETRYING = "retrying"
     QUOTA_REACHED = "quota_reached"
+    CONCURRENCY_WAITING = "concurrency_waiting"
     QUEUE_NO_CONSUMER = "queue_no_consumer"
     QUEUE_NO_WORKER = "queue_no_worker"
     QUEUE_BACKLOG = "queue_backlog"
@@ -178,6 +180,8 @@ class ExplainInput:
         previous: its latest dispatched run (``lastDispatchedFor``), which the overlap policy
             looks at (None: none).
         queue / lease / quota: see :class:`QueueState`, :class:`LeaseView`, :class:`QuotaState`.
+        concurrency: the slots of the job's concurrency key (:func:`core.concurrency.explain_wait`
+            with no execution id; None: the job has no key, or the slots could not be read).
     """
 
     job: Job
@@ -187,6 +191,7 @@ class ExplainInput:
     queue: QueueState | None = None
     lease: LeaseView | None = None
     quota: QuotaState | None = None
+    concurrency: ConcurrencyWait | None = None
 
     @property
     def expects_run(self) -> bool:
@@ -482,6 +487,46 @@ def quota(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
     )
 
 
+def concurrency(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
+    """A run of the job waits in line for a slot of its concurrency key (blocking), or every
+    slot of the key is taken by other runs and its next run will wait (warning)."""
+    c = inp.concurrency
+    if c is None or inp.job.status == JobStatus.CANCELLED:
+        return
+    details: dict[str, Detail] = {
+        "concurrencyKey": c.key,
+        "maxConcurrent": c.max_concurrent,
+        "running": len(c.running),
+        "runningExecutionIds": ",".join(c.running),
+        "waiting": len(c.waiting),
+    }
+    running = f"{len(c.running)}/{c.max_concurrent} running ({', '.join(c.running) or 'none'})"
+    for ex in reversed(inp.active_runs):  # oldest first: the first in line
+        if ex.status == ExecutionStatus.QUEUED and ex.id in c.waiting:
+            position = c.waiting.index(ex.id)
+            yield Reason(
+                code=Code.CONCURRENCY_WAITING,
+                severity="blocking",
+                message=(
+                    f"run {ex.id} waits for a slot of concurrency key {c.key!r}: {running}, "
+                    f"{position} waiting ahead of it"
+                ),
+                details={**details, "executionId": ex.id, "position": position},
+            )
+            return
+    mine = {ex.id for ex in inp.active_runs}
+    if inp.expects_run and len(c.running) >= c.max_concurrent and not mine & set(c.running):
+        yield Reason(
+            code=Code.CONCURRENCY_WAITING,
+            severity="warning",
+            message=(
+                f"every slot of concurrency key {c.key!r} is taken: {running}; its next run "
+                f"will wait for one (concurrencyPolicy {inp.job.concurrency_policy})"
+            ),
+            details={**details, "executionId": None, "position": None},
+        )
+
+
 def queue(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
     """The job's queue has no consumer, no worker pulling, or a backlog before its run."""
     q = inp.queue
@@ -724,7 +769,14 @@ def unavailable(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
     """The checks that could not be made (NATS did not answer): said, not guessed."""
     if inp.job.status in (JobStatus.CANCELLED, JobStatus.SUCCEEDED, JobStatus.FAILED):
         return
-    for name, value in (("lease", inp.lease), ("queue", inp.queue), ("quota", inp.quota)):
+    checks: list[tuple[str, object]] = [
+        ("lease", inp.lease),
+        ("queue", inp.queue),
+        ("quota", inp.quota),
+    ]
+    if inp.job.concurrency_key is not None:
+        checks.append(("concurrency", inp.concurrency))
+    for name, value in checks:
         if value is None:
             yield _reason(
                 Code.CHECK_UNAVAILABLE,
@@ -754,6 +806,7 @@ RULES: tuple[Rule, ...] = (
     overlap,
     retrying,
     quota,
+    concurrency,
     queue,
     skipped,
     last_failure,

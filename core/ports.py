@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.bulk import BulkAction, RunQuery
-from core.concurrency import SlotDecision, SlotRequest, SlotState
+from core.concurrency import ConcurrencyWait, SlotDecision, SlotRequest, SlotState
 from core.errors import BusUnavailable, Conflict
 from core.labels import Selector
 from core.live import EventBatch, StoredEvent
@@ -741,7 +741,20 @@ class LeaseInspector(Protocol):
         ...
 
 
-class RunInspector(QueueInspector, LeaseInspector, Protocol):
+class SlotInspector(Protocol):
+    async def concurrency_wait(
+        self, owner: str, key: str, max_concurrent: int, execution_id: str | None, now_ms: int
+    ) -> ConcurrencyWait:
+        """The slots of (``owner``, rendered ``key``) at ``now_ms`` (epoch ms), read only:
+        :func:`core.concurrency.explain_wait` of the stored entry (no entry: nobody holds one).
+
+        Raises:
+            BusUnavailable: not answered (or no slot bucket yet).
+        """
+        ...
+
+
+class RunInspector(QueueInspector, LeaseInspector, SlotInspector, Protocol):
     """What ``GET /jobs/{id}/explain`` reads of the bus (:mod:`core.explain`; NATS:
     :class:`bus.inspect.BusInspector`)."""
 

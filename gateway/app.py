@@ -675,15 +675,16 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 RUN_LIST_PARAMS = frozenset(
-    {"status", "taskId", "from", "to", "error", "limit", "cursor", "owner", "allUsers"}
+    {"status", "taskId", "from", "to", "error", "labels", "limit", "cursor", "owner", "allUsers"}
 )
 
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /executions``: runs across the caller's jobs (default ``status=FAILED``: the dead
     letters), newest scheduled first, cursor-paginated; ``taskId``, ``from`` / ``to`` (their
-    ``scheduledFor``), ``error`` (a case-insensitive substring) narrow them; an admin's choice
-    of ``owner``'s or (``allUsers=true``) everyone's."""
+    ``scheduledFor``), ``error`` (a case-insensitive substring), ``labels`` (a label selector
+    over their jobs, :func:`core.labels.parse_selector`) narrow them; an admin's choice of
+    ``owner``'s or (``allUsers=true``) everyone's."""
     q = request.query
     _only(q, RUN_LIST_PARAMS)
     error = q.get("error") or None
@@ -695,6 +696,7 @@ async def list_runs(request: web.Request) -> web.Response:
         scheduled_from=_time_param(q, "from"),
         scheduled_to=_time_param(q, "to"),
         error=error,
+        labels=parse_selector(q.get("labels", ""), "labels") or None,
     )
     page = await request.app[RUNS].list_runs(
         request[PRINCIPAL],

@@ -9,6 +9,7 @@ import logging
 from datetime import datetime
 
 from core import quotas as quota_rules
+from core.concurrency import ConcurrencyWait
 from core.errors import BusUnavailable
 from core.explain import (
     RECENT_EXECUTIONS,
@@ -24,6 +25,8 @@ from core.ids import execution_id
 from core.model import Job
 from core.ports import JobStore, RunInspector
 from core.quotas import Quotas
+from core.runs import concurrency_key_of
+from core.timeutil import to_epoch_ms
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,9 @@ async def explanation(
     Raises:
         StoreUnavailable: the store did not answer.
     """
-    page, (queue, lease), quota = await asyncio.gather(
+    page, (queue, lease, slots), quota = await asyncio.gather(
         store.list_executions(job.owner, job.id, limit=RECENT_EXECUTIONS, cursor=None),
-        _inspect(inspector, job),
+        _inspect(inspector, job, now),
         _runs_quota(store, quotas, job),
     )
     previous = None
@@ -58,6 +61,7 @@ async def explanation(
         queue=queue,
         lease=lease,
         quota=quota,
+        concurrency=slots,
     )
     return Explanation(
         job_id=job.id,
@@ -69,14 +73,21 @@ async def explanation(
 
 
 async def _inspect(
-    inspector: RunInspector | None, job: Job
-) -> tuple[QueueState | None, LeaseView | None]:
-    """The job's queue and lease, concurrently; None for what the bus did not answer."""
+    inspector: RunInspector | None, job: Job, now: datetime
+) -> tuple[QueueState | None, LeaseView | None, ConcurrencyWait | None]:
+    """The job's queue, lease and concurrency slots (when it has a concurrency key),
+    concurrently; None for what the bus did not answer."""
     if inspector is None or finished_job(job):
-        return None, None
+        return None, None, None
+    key = concurrency_key_of(job)
     answers = await asyncio.gather(
         inspector.queue_state(job.queue),
         inspector.partition_lease(job.partition),
+        _none()
+        if key is None
+        else inspector.concurrency_wait(
+            job.owner, key, job.max_concurrent or 1, None, to_epoch_ms(now)
+        ),
         return_exceptions=True,
     )
     for answer in answers:
@@ -84,11 +95,16 @@ async def _inspect(
             log.warning("explain %s: %s", job.id, answer, extra={"job_id": job.id})
         elif isinstance(answer, BaseException):
             raise answer
-    queue, lease = answers
+    queue, lease, slots = answers
     return (
         queue if isinstance(queue, QueueState) else None,
         lease if isinstance(lease, LeaseView) else None,
+        slots if isinstance(slots, ConcurrencyWait) else None,
     )
+
+
+async def _none() -> None:
+    return None
 
 
 async def _runs_quota(store: JobStore, quotas: Quotas, job: Job) -> QuotaState | None:

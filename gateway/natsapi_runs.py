@@ -4,8 +4,8 @@
 ============  ======================================================  ==================
 operation     request body                                            reply
 ============  ======================================================  ==================
-``runs``      ``{"status", "taskId", "from", "to", "error", "limit",  a page of runs
-              "cursor", "owner", "allUsers"}`` (as ``GET /executions``;
+``runs``      ``{"status", "taskId", "from", "to", "error", "labels",  a page of runs
+              "limit", "cursor", "owner", "allUsers"}`` (as ``GET /executions``;
               default status FAILED: the dead letters)
 ``replay``    ``{"jobId": …, "executionId": …}``                      the new run
 ``backfill``  ``{"id": <job id>, "from", "to", "dryRun",              the backfill result
@@ -29,6 +29,7 @@ from core.access import Principal
 from core.backfill import BackfillRequest
 from core.bulk import MAX_ERROR_FILTER, BulkCreate, BulkKind, RunQuery
 from core.errors import FieldError, InvalidRequest, MalformedRequest
+from core.labels import parse_selector
 from core.model import ExecutionStatus, OverlapPolicy
 from core.tasks import validation_field_error
 from gateway.runs import RunService
@@ -40,6 +41,7 @@ class RunsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     scheduled_from: datetime | None = msgspec.field(default=None, name="from")
     scheduled_to: datetime | None = msgspec.field(default=None, name="to")
     error: str | None = None
+    labels: str | None = None
     limit: int = 50
     cursor: str | None = None
     owner: str | None = None
@@ -93,7 +95,14 @@ async def _op_runs(svc: RunService, who: Principal, data: bytes, headers: dict[s
         None if t is None else schedules.checked_instant(t, name)
         for name, t in (("from", req.scheduled_from), ("to", req.scheduled_to))
     )
-    query = RunQuery(req.status, req.task_id or None, start, end, req.error or None)
+    query = RunQuery(
+        req.status,
+        req.task_id or None,
+        start,
+        end,
+        req.error or None,
+        parse_selector(req.labels or "", "labels") or None,
+    )
     return await svc.list_runs(
         who,
         query,

@@ -438,6 +438,11 @@ ROUTES: list[Route] = [
                 {"type": "string", "maxLength": 200},
                 "Only runs whose error contains this text (case-insensitive).",
             ),
+            Param(
+                "labels",
+                {"type": "string", "examples": ["team=billing,env!=dev"]},
+                "Only runs whose job matches this label selector (syntax as `GET /jobs`).",
+            ),
             LIMIT,
             CURSOR,
             OWNER,

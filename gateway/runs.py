@@ -47,6 +47,7 @@ from core.bulk import (
 )
 from core.errors import BusUnavailable, ExecutionNotFound, FieldError, InvalidRequest
 from core.ids import execution_id
+from core.labels import parse_selector
 from core.model import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy, Page
 from core.ports import DispatchOutcome, JobStatusConflict, ManualDispatch
 from core.quotas import TokenRequest
@@ -314,6 +315,7 @@ class RunService:
                 scheduled_to=end,
                 error=body.error,
                 owner=whose,
+                labels=str(parse_selector(body.labels, "labels")) if body.labels else None,
             ),
             actor=who.user,
             actor_role=who.role,

@@ -37,6 +37,13 @@ def _filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--from", "from_", default=None, help="Scheduled at or after (RFC 3339)."),
             click.option("--to", default=None, help="Scheduled before (RFC 3339)."),
             click.option("--error", default=None, help="Error contains this text (any case)."),
+            click.option(
+                "--selector",
+                "-l",
+                "selector",
+                default=None,
+                help="Only runs of jobs matching this label selector ('team=billing,env!=dev').",
+            ),
             click.option("--owner", default=None, help="Another user's runs (admins)."),
             click.option("--all-users", is_flag=True, help="Every user's runs (admins)."),
         ]
@@ -53,6 +60,7 @@ def _filters(
     owner: str | None,
     all_users: bool,
     status: str | None = None,
+    selector: str | None = None,
 ) -> dict[str, Any]:
     start, end = _instant(from_, "--from"), _instant(to, "--to")
     body: dict[str, Any] = {
@@ -61,6 +69,7 @@ def _filters(
         "from": start.isoformat() if start else None,
         "to": end.isoformat() if end else None,
         "error": error,
+        "labels": selector,
         "owner": owner,
         "allUsers": True if all_users else None,
     }
@@ -86,6 +95,7 @@ def dead_letters(
     from_: str | None,
     to: str | None,
     error: str | None,
+    selector: str | None,
     owner: str | None,
     all_users: bool,
     limit: int,
@@ -104,6 +114,7 @@ def dead_letters(
             scheduled_from=start,
             scheduled_to=end,
             error=error,
+            labels=selector,
             limit=limit,
             cursor=cursor,
             owner=owner,
@@ -204,6 +215,7 @@ def _show_bulk(action: BulkAction, output: str) -> None:
         ("task", f.task_id or "-"),
         ("from / to", f"{_when(f.scheduled_from)} / {_when(f.scheduled_to)}"),
         ("error contains", f.error or "-"),
+        ("labels", f.labels or "-"),
         ("owner", f.owner or "(every user)"),
         ("actor", action.actor),
         ("created", _when(action.created_at)),
@@ -226,6 +238,7 @@ def _bulk_command(kind: str, help_text: str, statuses: list[str]) -> None:
         from_: str | None,
         to: str | None,
         error: str | None,
+        selector: str | None,
         owner: str | None,
         all_users: bool,
         wait: bool,
@@ -234,7 +247,7 @@ def _bulk_command(kind: str, help_text: str, statuses: list[str]) -> None:
         url: str | None,
         token: str | None,
     ) -> None:
-        body = _filters(task_id, from_, to, error, owner, all_users, status)
+        body = _filters(task_id, from_, to, error, owner, all_users, status, selector)
 
         async def go(c: JobschedClient) -> BulkAction:
             create = c.bulk_replay if kind == "replay" else c.bulk_cancel

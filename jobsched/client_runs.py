@@ -36,6 +36,7 @@ def _filters(
     scheduled_from: datetime | None = None,
     scheduled_to: datetime | None = None,
     error: str | None = None,
+    labels: str | None = None,
     owner: str | None = None,
     all_users: bool = False,
 ) -> dict[str, Any]:
@@ -46,6 +47,7 @@ def _filters(
         "from": scheduled_from.isoformat() if scheduled_from else None,
         "to": scheduled_to.isoformat() if scheduled_to else None,
         "error": error,
+        "labels": labels,
         "owner": owner,
         "allUsers": True if all_users else None,
     }
@@ -88,18 +90,21 @@ class HttpRunsApi:
         scheduled_from: datetime | None = None,
         scheduled_to: datetime | None = None,
         error: str | None = None,
+        labels: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
         owner: str | None = None,
         all_users: bool = False,
     ) -> Page[Execution]:
-        """``GET /executions``: runs across jobs (default status FAILED: the dead letters)."""
+        """``GET /executions``: runs across jobs (default status FAILED: the dead letters);
+        ``labels`` is a label selector over their jobs (``"team=billing,env!=dev"``)."""
         fields = _filters(
             status=status,
             task_id=task_id,
             scheduled_from=scheduled_from,
             scheduled_to=scheduled_to,
             error=error,
+            labels=labels,
             owner=owner,
             all_users=all_users,
         )
@@ -172,8 +177,8 @@ class NatsRunsApi:
         ) -> bytes: ...
 
     async def dead_letters(self, **filters: Any) -> Page[Execution]:
-        """Filters as ``GET /executions`` (camelCase): status, taskId, from, to, error, limit,
-        cursor, owner, allUsers."""
+        """Filters as ``GET /executions`` (camelCase): status, taskId, from, to, error, labels
+        (a label selector), limit, cursor, owner, allUsers."""
         return _runs_decoder.decode(await self._call("runs", filters))
 
     async def replay(self, job_id: str, execution_id: str) -> Execution:

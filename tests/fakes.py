@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from core.clock import FakeClock
+from core.concurrency import ConcurrencyWait, SlotState, explain_wait, slot_id
 from core.errors import BusUnavailable, ConsumerMissing, LeaseLost
 from core.explain import LeaseView, QueueState
 from core.ids import owner_key, run_key
@@ -533,9 +534,13 @@ class FakeInspector:
     ``pending`` are its ready messages, ``in_progress`` those handed out and not settled;
     ``waiting_pulls`` is 0 (the fake keeps no pull requests). Leases carry no expiry."""
 
-    def __init__(self, bus: FakeBus, leases: FakeLeases) -> None:
+    def __init__(
+        self, bus: FakeBus, leases: FakeLeases, slots: dict[str, SlotState] | None = None
+    ) -> None:
         self.bus = bus
         self.leases = leases
+        self.slots: dict[str, SlotState] = {} if slots is None else slots
+        """Slot states by :func:`core.concurrency.slot_id` (e.g. ``MemorySlots.states``)."""
         self.failures = 0
         """The next this many calls raise BusUnavailable (an outage)."""
 
@@ -556,6 +561,13 @@ class FakeInspector:
             pending=len(consumer.ready),
             in_progress=len(unsettled),
         )
+
+    async def concurrency_wait(
+        self, owner: str, key: str, max_concurrent: int, execution_id: str | None, now_ms: int
+    ) -> ConcurrencyWait:
+        self._check()
+        state = self.slots.get(slot_id(owner, key))
+        return explain_wait(state, key, max_concurrent, execution_id, now_ms)
 
     async def partition_lease(self, partition: int) -> LeaseView:
         self._check()

@@ -261,6 +261,9 @@ def transition_op(ev: StatusEvent, *, upsert: bool = True) -> UpdateOne:
         unset["error"] = ""
     elif ev.error is not None:
         set_["error"] = ev.error
+    if ev.status == ExecutionStatus.SKIPPED and ev.error is not None:
+        # a worker's skip (concurrencyPolicy skip): its reason is the run's skipReason too
+        set_["skipReason"] = ev.error
     first = {
         k: v
         for k, v in (("publishedAt", ev.published_at), ("startedAt", ev.started_at))

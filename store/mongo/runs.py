@@ -19,11 +19,12 @@ from pymongo.errors import DuplicateKeyError
 
 from core.audit import AuditEntry, AuditRecord, audit_record
 from core.bulk import OPEN_BULK_STATUSES, BulkAction, BulkStatus, RunQuery
-from core.errors import Conflict
+from core.errors import Conflict, FieldError, InvalidRequest
+from core.labels import Selector
 from core.model import Execution, Page
 from store.mongo.documents import from_document, set_or_unset, to_document
-from store.mongo.operations import NEWEST_RUNS_FIRST, older_than
-from store.mongo.schema import BULK_ACTIONS, EXECUTIONS, ID, Document
+from store.mongo.operations import NEWEST_RUNS_FIRST, labels_filter, older_than
+from store.mongo.schema import BULK_ACTIONS, EXECUTIONS, ID, JOBS, Document
 from store.mongo_errors import translated
 from store.pages import Keyset
 
@@ -32,13 +33,23 @@ if TYPE_CHECKING:
     from pymongo.asynchronous.database import AsyncDatabase
 
 _OPEN = [s.value for s in OPEN_BULK_STATUSES]
+MAX_LABELLED_JOBS = 1000
+"""Most jobs a ``labels`` filter of ``list_runs`` may select: the runs do not carry their job's
+labels, so the matching job ids are looked up first (the ``labelTerms`` index) and the runs are
+then filtered by ``jobId: {$in: ...}``; a selector matching more is refused (422 on ``labels``:
+narrow it, e.g. with ``taskId`` or a further requirement)."""
 
 
-def runs_query(owner: str | None, query: RunQuery, page: Keyset) -> Document:
+def runs_query(
+    owner: str | None, query: RunQuery, page: Keyset, job_ids: Sequence[str] | None = None
+) -> Document:
     """The filter of ``list_runs``; sort with :data:`NEWEST_RUNS_FIRST`. Served by
     ``executions_[owner_]status[_task]_scheduled…``; the error text (a case-insensitive
-    ``$regex`` of the escaped text) is filtered on the scanned runs."""
+    ``$regex`` of the escaped text) and ``job_ids`` (the jobs a ``labels`` selector matched,
+    :data:`MAX_LABELLED_JOBS` at most) are filtered on the scanned runs."""
     where: Document = {} if owner is None else {"owner": owner}
+    if job_ids is not None:
+        where["jobId"] = {"$in": list(job_ids)}
     where["status"] = query.status.value
     if query.task_id is not None:
         where["taskId"] = query.task_id
@@ -78,7 +89,10 @@ class MongoRuns:
         self, owner: str | None, query: RunQuery, *, limit: int, cursor: str | None
     ) -> Page[Execution]:
         page = Keyset.of(limit, cursor)
-        where = runs_query(owner, query, page)
+        job_ids = None if not query.labels else await self._labelled_jobs(owner, query.labels)
+        if job_ids is not None and not job_ids:
+            return Page(items=[], next_cursor=None)
+        where = runs_query(owner, query, page, job_ids)
         with translated("list runs"):
             docs = (
                 await self.database[EXECUTIONS]
@@ -90,6 +104,33 @@ class MongoRuns:
         return page.page(
             docs, lambda d: from_document(d, Execution), lambda e: (e.scheduled_for, e.id)
         )
+
+    async def _labelled_jobs(self, owner: str | None, selector: Selector) -> list[str]:
+        """The ids of ``owner``'s (None: anyone's) jobs matching ``selector``, through the
+        ``labelTerms`` index.
+
+        Raises:
+            InvalidRequest: on ``labels``, when more than :data:`MAX_LABELLED_JOBS` match.
+        """
+        where: Document = labels_filter(selector)
+        if owner is not None:
+            where["owner"] = owner
+        with translated("list labelled jobs"):
+            docs = (
+                await self.database[JOBS]
+                .find(where, {ID: 1})
+                .limit(MAX_LABELLED_JOBS + 1)
+                .to_list()
+            )
+        if len(docs) > MAX_LABELLED_JOBS:
+            raise InvalidRequest(
+                FieldError(
+                    "labels",
+                    f"selects more than {MAX_LABELLED_JOBS} jobs; narrow it "
+                    "(a further requirement, or taskId)",
+                )
+            )
+        return [str(d[ID]) for d in docs]
 
     async def create_bulk(self, action: BulkAction, *, audit: AuditEntry | None = None) -> None:
         try:

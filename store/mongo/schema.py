@@ -273,6 +273,12 @@ INDEXES: tuple[IndexSpec, ...] = (
         "notification_attempts: one run's delivery attempts, in order",
     ),
     IndexSpec(
+        "notification_attempts",
+        "notification_attempts_job",
+        (("jobId", ASCENDING),),
+        "delete_job: a deleted job's delivery attempts go with it",
+    ),
+    IndexSpec(
         EXECUTIONS,
         "executions_owner_status_scheduled_id",
         (

@@ -55,7 +55,7 @@ from store.mongo.documents import (
     stored_attempts,
     to_document,
 )
-from store.mongo.notifications import MongoNotifications
+from store.mongo.notifications import NOTIFICATION_ATTEMPTS, MongoNotifications
 from store.mongo.operations import (
     MOST_RECENTLY_FINISHED_FIRST,
     NEWEST_AUDIT_FIRST,
@@ -321,7 +321,8 @@ class MongoStore(MongoNotifications, MongoRuns):
 
     async def delete_job(self, owner: str, job_id: str, *, audit: AuditEntry | None = None) -> None:
         """See :meth:`core.ports.JobStore.delete_job`. The job first (its owner checked by the
-        same write, and no dispatch can advance it after), then its executions. A failure in
+        same write, and no dispatch can advance it after), then its executions and their
+        notification attempts (index ``notification_attempts_job``). A failure in
         between leaves executions that no API call reaches (they are listed through their job),
         as does a late status event of a deleted job's run."""
         with translated("delete job"):
@@ -332,6 +333,7 @@ class MongoStore(MongoNotifications, MongoRuns):
             await self._append_audit(audit_record(audit, None, None))
         with translated("delete job"):
             await self._executions.delete_many({"jobId": job_id})
+            await self.database[NOTIFICATION_ATTEMPTS].delete_many({"jobId": job_id})
 
     async def insert_execution(
         self, execution: Execution, *, audit: AuditEntry | None = None
@@ -508,6 +510,8 @@ class MongoStore(MongoNotifications, MongoRuns):
             return 0
         with translated("delete finished runs"):
             result = await self._executions.delete_many({ID: {"$in": ids}, **FINISHED})
+            # a run found finished stays finished: its attempts go with it
+            await self.database[NOTIFICATION_ATTEMPTS].delete_many({"executionId": {"$in": ids}})
         return result.deleted_count
 
     async def partition_jobs(self, partition: int, *, after: str | None, limit: int) -> list[Job]:

@@ -220,7 +220,9 @@ def event_row(ev: StatusEvent) -> tuple[Any, ...]:
         ev.error,
         None if ev.result is None else msgspec.json.encode(ev.result),
         None,
-        _NO_EXTRA,
+        _encoder.encode(_Extra(skip_reason=ev.error))
+        if ev.status == ExecutionStatus.SKIPPED and ev.error is not None
+        else _NO_EXTRA,
         None,
     )
 

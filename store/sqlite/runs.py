@@ -96,6 +96,14 @@ class SqliteRuns:
         if query.error is not None:
             where.append("instr(lower(error), lower(?)) > 0")
             params.append(query.error)
+        for clause in query.labels.clauses() if query.labels else []:
+            # probes of job_labels' primary key (job_id, term) for each run scanned
+            where.append(
+                f"{'NOT ' if clause.negated else ''}EXISTS (SELECT 1 FROM job_labels AS t "
+                f"WHERE t.job_id = executions.job_id "
+                f"AND t.term IN ({', '.join('?' * len(clause.terms))}))"
+            )
+            params.extend(clause.terms)
         page = Keyset.of(limit, cursor)
         rows = await self._fetch_page(
             f"SELECT {EXECUTION_COLUMNS} FROM executions", where, params, page, "scheduled_for"

@@ -224,7 +224,11 @@ ON CONFLICT(id) DO UPDATE SET
     worker_id = COALESCE(excluded.worker_id, executions.worker_id),
     error = CASE WHEN excluded.status = 'SUCCEEDED' THEN NULL
                  ELSE COALESCE(excluded.error, executions.error) END,
-    result = excluded.result
+    result = excluded.result,
+    extra = CASE WHEN excluded.status = 'SKIPPED' AND excluded.error IS NOT NULL
+                 THEN json_set(COALESCE(CAST(executions.extra AS TEXT), '{{}}'),
+                               '$.skipReason', excluded.error)
+                 ELSE executions.extra END
 WHERE excluded.state_rank > executions.state_rank
 """
 

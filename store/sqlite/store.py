@@ -405,6 +405,11 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             cur = await conn.execute("DELETE FROM jobs WHERE id = ? AND owner = ?", (job_id, owner))
             if cur.rowcount == 0:
                 raise JobNotFound(f"job {job_id} not found")
+            await conn.execute(
+                "DELETE FROM notification_attempts WHERE execution_id IN "
+                "(SELECT id FROM executions WHERE job_id = ?)",
+                (job_id,),
+            )
             await conn.execute("DELETE FROM executions WHERE job_id = ?", (job_id,))
             await conn.execute(LABELS_DELETE, (job_id,))
             if audit is not None:
@@ -903,7 +908,8 @@ def _record_attempts(db: sqlite3.Connection, by_run: dict[str, list[StatusEvent]
 
 
 async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
-    """Delete executions by id if they are (still) finished; how many."""
+    """Delete executions by id if they are (still) finished, with their notification
+    attempts; how many executions."""
     deleted = 0
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
@@ -913,6 +919,12 @@ async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
             chunk,
         )
         deleted += cur.rowcount
+        await conn.execute(
+            f"DELETE FROM notification_attempts WHERE execution_id IN "
+            f"({', '.join('?' * len(chunk))}) "
+            "AND NOT EXISTS (SELECT 1 FROM executions WHERE id = execution_id)",
+            chunk,
+        )
     return deleted
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from core.concurrency import ConcurrencyWait, Holder, SlotState, explain_wait
 from core.explain import (
     OVERDUE_AFTER_SECONDS,
     RULES,
@@ -550,3 +551,61 @@ def test_every_code_is_snake_case_and_unique() -> None:
     values = [c.value for c in Code]
     assert len(values) == len(set(values))
     assert all(v == v.lower() and " " not in v for v in values)
+
+
+# --- concurrency keys -------------------------------------------------------------------------
+
+
+def slots(running: list[str], waiting: list[str], limit: int = 1) -> ConcurrencyWait:
+    return explain_wait(
+        SlotState(
+            max_concurrent=limit,
+            owner="alice",
+            key="tenant-a",
+            holders=tuple(
+                Holder(execution_id=r, worker_id="w1", order_ms=0, since_ms=0, expires_at_ms=10**15)
+                for r in running
+            ),
+            waiters=tuple(
+                Holder(execution_id=w, worker_id="w1", order_ms=i, since_ms=0, expires_at_ms=10**15)
+                for i, w in enumerate(waiting)
+            ),
+        ),
+        "tenant-a",
+        limit,
+        None,
+        0,
+    )
+
+
+def test_a_run_waiting_for_a_slot_names_the_key_the_runs_holding_it_and_its_place() -> None:
+    j = job(concurrency_key="{tenant}", max_concurrent=1, parameters={"tenant": "tenant-a"})
+    mine = run(j, NOW - timedelta(seconds=10), ExecutionStatus.QUEUED)
+    found = reasons(j, recent=[mine], concurrency=slots(["other-run"], ["x-run", mine.id]))
+    r = only(found, Code.CONCURRENCY_WAITING)
+    assert found[0] == r and r.severity == "blocking"
+    assert r.details["concurrencyKey"] == "tenant-a"
+    assert r.details["runningExecutionIds"] == "other-run"
+    assert r.details["position"] == 1 and r.details["executionId"] == mine.id
+    assert "'tenant-a'" in r.message and "other-run" in r.message and "1 waiting ahead" in r.message
+
+
+def test_a_run_holding_the_slot_is_not_waiting() -> None:
+    j = job(concurrency_key="{tenant}", max_concurrent=1, parameters={"tenant": "tenant-a"})
+    mine = run(j, NOW - timedelta(seconds=10), ExecutionStatus.RUNNING)
+    found = reasons(j, recent=[mine], concurrency=slots([mine.id], []))
+    assert "concurrency_waiting" not in codes(found)
+
+
+def test_every_slot_taken_by_others_warns_that_the_next_run_will_wait() -> None:
+    j = job(concurrency_key="{tenant}", max_concurrent=2, parameters={"tenant": "tenant-a"})
+    r = only(reasons(j, concurrency=slots(["a", "b"], [], limit=2)), Code.CONCURRENCY_WAITING)
+    assert r.severity == "warning" and r.details["running"] == 2
+    assert "concurrency_waiting" not in codes(reasons(j, concurrency=slots(["a"], [], limit=2)))
+
+
+def test_unread_slots_of_a_job_with_a_key_are_said_unavailable() -> None:
+    j = job(concurrency_key="{tenant}", max_concurrent=1, parameters={"tenant": "tenant-a"})
+    found = reasons(j)
+    assert [r.details["check"] for r in found if r.code == "check_unavailable"] == ["concurrency"]
+    assert "check_unavailable" not in codes(reasons(job()))

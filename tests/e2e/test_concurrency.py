@@ -12,6 +12,7 @@ from jobsched.client import ApiError
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
 from tests.e2e.test_cli_jobs import cli, cli_json
+from tests.e2e.test_explain import explained
 from tests.e2e.test_nats_api import nats_client
 from tests.support import (
     Child,
@@ -149,6 +150,7 @@ async def test_skip_policy_records_skipped_with_the_reason(
         [event] = [e for e in log.of(skipped.id) if e.status == ExecutionStatus.SKIPPED]
         assert event.error is not None and event.error.startswith("concurrency:")
         assert run.error == event.error
+        assert run.skip_reason == event.error  # as an overlap skip's
 
 
 @pytest.mark.parametrize(
@@ -212,3 +214,39 @@ async def test_the_nats_api_takes_the_same_fields(stack: Stack) -> None:
                 {"taskId": "sleep", "parameters": {"seconds": 0}, "maxConcurrent": 3}
             )
         assert (e.value.status, problem_fields(e.value)) == (422, ["maxConcurrent"])
+
+
+async def test_explain_says_a_run_waits_on_a_key_held_by_another_run(
+    make_settings: SettingsFactory, prefix: str, tmp_path: Path
+) -> None:
+    settings = make_settings()
+    async with (
+        start_stack(settings, Roles(gateway=True, scheduler=True)) as stack,
+        EventLog(settings.nats.url, prefix) as log,
+    ):
+        [worker] = workers(env_for(settings), tmp_path, 1)
+        try:
+            client = stack.client()
+            body = {"taskId": "sleep", "concurrencyKey": "tenant-a", "maxConcurrent": 1}
+            holder = await client.create_job({**body, "parameters": {"seconds": 300}})
+            await log.wait_status(holder.id, ExecutionStatus.RUNNING, timeout_seconds=20)
+            [held] = [e for e in log.of(holder.id) if e.status == ExecutionStatus.RUNNING]
+            waiter = await client.create_job({**body, "parameters": {"seconds": 0}})
+            answer = await explained(  # a warning until its run is dispatched, then blocking
+                client, waiter.id, lambda a: a.reasons[0].severity == "blocking"
+            )
+            reason = answer.reasons[0]
+            assert reason.code == "concurrency_waiting"
+            assert reason.details["concurrencyKey"] == "tenant-a"
+            assert reason.details["runningExecutionIds"] == held.execution_id
+            assert reason.details["position"] == 0
+            async with nats_client(stack) as api:
+                over_nats = await api.explain(waiter.id)
+            assert over_nats.reasons[0].code == "concurrency_waiting"
+            # the holder itself is not waiting
+            mine = await client.explain(holder.id)
+            assert "concurrency_waiting" not in [r.code for r in mine.reasons]
+            await client.cancel_job(holder.id)
+            await log.wait_status(waiter.id, ExecutionStatus.SUCCEEDED, timeout_seconds=30)
+        finally:
+            worker.close()

@@ -248,3 +248,39 @@ async def test_a_bulk_replay_left_by_a_crashed_gateway_is_resumed_by_the_next_pr
         assert dev2.terminate() == 0, dev2.output()
     finally:
         dev2.close()
+
+
+async def test_dead_letters_and_bulk_actions_by_label_selector_over_every_interface(
+    stack: Stack,
+) -> None:
+    client = stack.client()
+    billing = await client.create_job({**FAILING, "labels": {"team": "billing"}})
+    search = await client.create_job({**FAILING, "labels": {"team": "search"}})
+    for j in (billing, search):
+        await client.trigger_job(j.id)
+    [dead] = await wait_executions(
+        client, billing.id, lambda rs: [r.status for r in rs] == ["FAILED"], what="a dead letter"
+    )
+    await wait_executions(
+        client, search.id, lambda rs: [r.status for r in rs] == ["FAILED"], what="a dead letter"
+    )
+    page = await client.dead_letters(labels="team=billing")
+    assert [r.id for r in page.items] == [dead.id]
+    async with nats_client(stack) as api:
+        assert [r.id for r in (await api.dead_letters(labels="team=billing")).items] == [dead.id]
+        with pytest.raises(ApiError) as bad:
+            await api.dead_letters(labels="team in (")
+        assert bad.value.status == 422
+        action = await api.bulk_replay({"labels": "team!=search"})
+        assert action.filter.labels == "team!=search"
+        finished = await api.wait_bulk(action.id, timeout_seconds=30)
+        assert (finished.status, finished.done) == ("SUCCEEDED", 1)
+    table = (await cli(stack, "dead-letters", "-l", "team=search")).stdout
+    assert search.id in table and billing.id not in table
+    shown = json.loads(
+        (
+            await cli(stack, "bulk", "cancel", "--selector", "team=search", "--wait", "-o", "json")
+        ).stdout
+    )
+    assert (shown["status"], shown["filter"]["labels"]) == ("SUCCEEDED", "team=search")
+    await cli(stack, "dead-letters", "-l", "team in (", code=1)

@@ -152,13 +152,40 @@ async def test_dead_letters_are_the_callers_own_failed_runs_across_jobs(gw: Gate
     assert ids(page) == []
 
 
+async def test_dead_letters_and_a_bulk_replay_select_by_a_label_selector(gw: Gateway) -> None:
+    billing = await gw.job(body={**CRON, "labels": {"team": "billing", "env": "prod"}})
+    dev = await gw.job(body={**CRON, "labels": {"team": "billing", "env": "dev"}})
+    other = await gw.job(body={**CRON, "labels": {"team": "search"}})
+    bobs = await gw.job("bob", body={**CRON, "labels": {"team": "billing"}})
+    r1 = await gw.failed(billing, 30)
+    r2 = await gw.failed(dev, 20)
+    await gw.failed(other, 10)
+    await gw.failed(bobs, 5)
+    _, page, _ = await gw.call("GET", "/executions", params={"labels": "team=billing"})
+    assert ids(page) == [r2.id, r1.id]  # never bob's
+    _, page, _ = await gw.call("GET", "/executions", params={"labels": "team=billing,env!=dev"})
+    assert ids(page) == [r1.id]
+    status, action, _ = await gw.call("POST", "/bulk/replay", body={"labels": "team = billing"})
+    assert status == 202, action
+    assert action["filter"]["labels"] == "team=billing"
+    done = await wait_bulk(gw, action["id"])
+    assert (done["status"], done["done"], done["skipped"], done["failed"]) == ("SUCCEEDED", 2, 0, 0)
+    replays = await gw.store.list_runs(
+        None, RunQuery(status=ExecutionStatus.QUEUED), limit=100, cursor=None
+    )
+    assert sorted(r.replay_of or "" for r in replays.items) == sorted([r1.id, r2.id])
+    status, action, _ = await gw.call("POST", "/bulk/cancel", body={"labels": "team=search"})
+    done = await wait_bulk(gw, action["id"])
+    assert (done["status"], done["done"]) == ("SUCCEEDED", 0)  # the replays are billing's
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
         ({"status": "DEAD"}, "status"),
         ({"error": "x" * 201}, "error"),
         ({"from": "yesterday"}, "from"),
-        ({"labels": "a=b"}, "labels"),
+        ({"labels": "team in ("}, "labels"),
         ({"cursor": "nope"}, "cursor"),
         ({"limit": "0"}, "limit"),
     ],
@@ -393,6 +420,8 @@ async def test_a_bulk_replay_counts_done_and_skipped_and_stays_in_its_tenant(gw:
         ("/bulk/cancel", {"status": "FAILED"}, 422, "status"),
         ("/bulk/replay", {"error": ""}, 422, "error"),
         ("/bulk/replay", {"labels": {"a": "b"}}, 422, "labels"),
+        ("/bulk/replay", {"labels": "team in ("}, 422, "labels"),
+        ("/bulk/cancel", {"labels": "=x"}, 422, "labels"),
         ("/bulk/replay", {"allUsers": True}, 403, None),
         ("/bulk/cancel", {"owner": "bob"}, 403, None),
     ],

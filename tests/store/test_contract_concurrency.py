@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-from core.concurrency import ConcurrencyPolicy
-from core.model import JobStatus
+from core.concurrency import ConcurrencyPolicy, skip_reason
+from core.model import ExecutionStatus, JobStatus
 from core.ports import JobChange, JobStore
-from tests.store.test_contract import OWNER, at, make_job
+from tests.store.test_contract import OWNER, at, event, make_execution, make_job
 
 
 async def test_a_limit_round_trips_and_can_be_changed_and_removed(store: JobStore) -> None:
@@ -42,3 +42,36 @@ async def test_a_limit_round_trips_and_can_be_changed_and_removed(store: JobStor
     )
     assert after.concurrency_key is None
     assert (await store.get_job(OWNER, "job-1")).concurrency_key is None
+
+
+async def test_a_run_skipped_by_the_concurrency_policy_has_its_skip_reason(
+    store: JobStore,
+) -> None:
+    job = make_job("job-1", concurrency_key="tenant-a", concurrency_policy=ConcurrencyPolicy.SKIP)
+    await store.create_job(job)
+    queued = make_execution(job, at(1))
+    await store.insert_execution(queued)
+    reason = skip_reason("tenant-a", 1)
+    # the worker's SKIPPED event (it never had an attempt), onto the QUEUED record ...
+    await store.apply_events(
+        [event(queued, ExecutionStatus.SKIPPED, 0, at(1, 1), finished_at=at(1, 1), error=reason)]
+    )
+    [stored] = await store.get_executions([queued.id])
+    assert (stored.status, stored.skip_reason, stored.error) == (
+        ExecutionStatus.SKIPPED,
+        reason,
+        reason,
+    )
+    assert stored.trigger == queued.trigger  # the run's other facts are kept
+    # ... and one whose record the event creates (its QUEUED record not stored yet)
+    late = make_execution(job, at(2))
+    await store.apply_events(
+        [event(late, ExecutionStatus.SKIPPED, 0, at(2, 1), finished_at=at(2, 1), error=reason)]
+    )
+    [created] = await store.get_executions([late.id])
+    assert (created.status, created.skip_reason) == (ExecutionStatus.SKIPPED, reason)
+    # a failed run's error is no skip reason
+    failed = make_execution(job, at(3))
+    await store.insert_execution(failed)
+    await store.apply_events([event(failed, ExecutionStatus.FAILED, 1, at(3, 1), error="boom")])
+    assert (await store.get_executions([failed.id]))[0].skip_reason is None

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import msgspec
 
+from core.model import TERMINAL_RANK, ExecutionStatus
 from core.notifications import NotificationAttempt, attempt_id, webhook_id
 from core.notify_spec import NotifyTarget
-from core.ports import JobChange, JobStore
-from tests.store.test_contract import at, create, make_job
+from core.ports import JobChange, JobStore, PruneTarget
+from tests.store.test_contract import at, create, make_execution, make_job
 
 HOOK = NotifyTarget(url="https://hooks.example/a", on=["failure"], secret="whsec_" + "A" * 32)
 
@@ -78,3 +79,46 @@ async def test_a_jobs_notify_is_stored_with_it_and_changed_by_a_job_change(store
     await store.update_job("alice", "job-1", JobChange("changed", spec=spec), now=at(1))
 
     assert (await store.get_job("alice", "job-1")).notify is None
+
+
+async def test_a_deleted_jobs_attempts_are_deleted_with_it(store: JobStore) -> None:
+    doomed, kept = make_job("job-1"), make_job("job-2")
+    for j in (doomed, kept):
+        await store.create_job(j)
+    first, second = make_execution(doomed, at(minutes=1)), make_execution(kept, at(minutes=1))
+    for run in (first, second):
+        await store.insert_execution(run)
+        await store.record_notification_attempt(
+            msgspec.structs.replace(
+                attempt(1, execution_id=run.id), job_id=run.job_id, id=attempt_id(run.id, 1)
+            )
+        )
+    await store.delete_job("alice", doomed.id)
+    assert await store.notification_attempts(first.id) == []
+    assert [a.attempt for a in await store.notification_attempts(second.id)] == [1]
+
+
+async def test_a_pruned_runs_attempts_are_pruned_with_it(store: JobStore) -> None:
+    job = make_job("job-1")
+    await store.create_job(job)
+    runs = []
+    for minute in (1, 2):
+        ex = make_execution(job, at(minutes=minute))
+        end = at(minutes=minute + 1)
+        ex = msgspec.structs.replace(
+            ex,
+            status=ExecutionStatus.FAILED,
+            attempt=1,
+            state_rank=TERMINAL_RANK,
+            finished_at=end,
+            updated_at=end,
+        )
+        await store.insert_execution(ex)
+        await store.record_notification_attempt(attempt(1, execution_id=ex.id))
+        runs.append(ex)
+    [result] = await store.prune_executions(
+        [PruneTarget(job.id, keep_last=1, finished_before=None)], limit=100
+    )
+    assert result.deleted == 1
+    assert await store.notification_attempts(runs[0].id) == []
+    assert [a.attempt for a in await store.notification_attempts(runs[1].id)] == [1]

@@ -21,6 +21,7 @@ from core.bulk import (
     after_batch,
 )
 from core.errors import Conflict, InvalidRequest
+from core.labels import parse_selector
 from core.model import Execution, ExecutionStatus, Job
 from core.ports import JobStore, ManualDispatch
 from core.runs import backfill_run, replay_run
@@ -94,6 +95,36 @@ async def test_dead_letters_filter_by_task_time_and_error_text(
     assert await ids(store, "alice", RunQuery(error="upstream")) == [r3.id, r1.id]
     assert await ids(store, "alice", RunQuery(error="a.*")) == []  # text, not a pattern
     assert await ids(store, "alice", RunQuery(error="upstream", task_id="noop")) == [r1.id]
+
+
+async def test_dead_letters_filter_by_a_label_selector_over_their_jobs(store: JobStore) -> None:
+    billing = make_job("l1", labels={"team": "billing", "env": "prod"})
+    dev = make_job("l2", labels={"team": "billing", "env": "dev"})
+    bare = make_job("l3")
+    theirs = make_job("l4", owner="bob", labels={"team": "billing"})
+    for j in (billing, dev, bare, theirs):
+        await store.create_job(j)
+    r1 = await failed_run(store, billing, 1, error="HTTP 503")
+    r2 = await failed_run(store, dev, 2)
+    r3 = await failed_run(store, bare, 3)
+    r4 = await failed_run(store, theirs, 4)
+
+    def sel(text: str) -> RunQuery:
+        return RunQuery(labels=parse_selector(text))
+
+    assert await ids(store, "alice", sel("team=billing")) == [r2.id, r1.id]
+    assert await ids(store, None, sel("team=billing")) == [r4.id, r2.id, r1.id]
+    assert await ids(store, "alice", sel("team=billing,env!=dev")) == [r1.id]
+    assert await ids(store, "alice", sel("env in (dev,qa)")) == [r2.id]
+    assert await ids(store, "alice", sel("!team")) == [r3.id]
+    assert await ids(store, "alice", sel("team=nobody")) == []
+    assert await ids(store, "alice", RunQuery(labels=parse_selector("team"), error="http")) == [
+        r1.id
+    ]
+    assert await ids(store, "alice", RunQuery(labels=parse_selector(""))) == [r3.id, r2.id, r1.id]
+    # a deleted job's runs are gone with it
+    await store.delete_job("alice", dev.id)
+    assert await ids(store, "alice", sel("team=billing")) == [r1.id]
 
 
 async def test_dead_letters_page_with_a_cursor(store: JobStore, jobs: tuple[Job, Job, Job]) -> None:
