@@ -216,6 +216,9 @@ def _ready_banner(url: str, data: Path, nats_url: str) -> str:
     """What ``jobsched dev`` prints once ready: where everything is, never a secret (the
     token is in ``dev.json``, 0600; ``jobsched dev-env`` reads it)."""
     me = _self_command()
+    default = data.resolve() == Path("data").resolve()
+    where = " in this directory" if default else ""
+    data_arg = "" if default else f" --data-dir {shlex.quote(str(data.resolve()))}"
     return f"""
 jobsched dev is ready
   API       {url}
@@ -224,8 +227,8 @@ jobsched dev is ready
   data dir  {data}
   token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)
 
-Try, in another terminal in this directory:
-  eval "$({me} dev-env)"      # sets URL, TOKEN, NATS_URL and NATS_INBOX_PREFIX
+Try, in another terminal{where}:
+  eval "$({me} dev-env{data_arg})"   # sets URL, TOKEN, NATS_URL, … and JOBSCHED_DATA_DIR
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
        -d '{{"taskId": "noop"}}' $URL/jobs
   {me} submit generate_report --param reportType=sales --param region=eu-west
@@ -291,20 +294,29 @@ def _service(roles: Roles) -> None:
 
 
 @main.command(name="dev-env")
-def dev_env() -> None:
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="JOBSCHED_DATA_DIR",
+    default=Path("data"),
+    show_default=True,
+    help="the running `jobsched dev`'s data directory (env: JOBSCHED_DATA_DIR)",
+)
+def dev_env(data_dir: Path) -> None:
     """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL and
     NATS_INBOX_PREFIX (a NATS-API client connects with the token as its NATS token and may read
     replies on that inbox prefix only).
 
-    Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs (or with
-    JOBSCHED_DATA_DIR pointing at its data directory).
+    Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs, or with
+    `--data-dir` (JOBSCHED_DATA_DIR) naming its data directory. It also exports
+    JOBSCHED_DATA_DIR, so the other commands find the same server.
     """
-    dev_file = Path(os.environ.get("JOBSCHED_DATA_DIR", "./data")) / DEV_FILE
+    dev_file = data_dir / DEV_FILE
     try:
         info = json.loads(dev_file.read_text())
     except FileNotFoundError:
         raise click.ClickException(
-            f"{dev_file} not found: start `jobsched dev` in this directory first"
+            f"{dev_file} not found: start `jobsched dev` first (or pass its --data-dir)"
         ) from None
     names = {
         "URL": "url",
@@ -312,10 +324,9 @@ def dev_env() -> None:
         "NATS_URL": "nats",
         "NATS_INBOX_PREFIX": "natsInboxPrefix",
     }
-    click.echo(
-        "export "
-        + " ".join(f"{var}={shlex.quote(info[key])}" for var, key in names.items() if key in info)
-    )
+    exports = [f"{var}={shlex.quote(info[key])}" for var, key in names.items() if key in info]
+    exports.append(f"JOBSCHED_DATA_DIR={shlex.quote(str(data_dir.resolve()))}")
+    click.echo("export " + " ".join(exports))
 
 
 @main.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -72,21 +73,24 @@ async def test_worker_killed_mid_task_is_redelivered_after_the_ack_wait(
 
 
 async def dev_exports(env: dict[str, str], data: Path) -> dict[str, str]:
-    """What `eval "$(jobsched dev-env)"` sets in a shell, by name."""
-    names = ("URL", "TOKEN", "NATS_URL", "NATS_INBOX_PREFIX")
-    script = f'eval "$({sys.executable} -m jobsched dev-env)" && echo ' + " ".join(
-        f'"${name}"' for name in names
-    )
+    """What `eval "$(jobsched dev-env --data-dir DATA)"` sets in a shell, by name, as the
+    banner of a `jobsched dev --data-dir DATA` prints it (JOBSCHED_DATA_DIR unset)."""
+    names = ("URL", "TOKEN", "NATS_URL", "NATS_INBOX_PREFIX", "JOBSCHED_DATA_DIR")
+    command = f"{sys.executable} -m jobsched dev-env --data-dir {shlex.quote(str(data))}"
+    script = f'eval "$({command})" && echo ' + " ".join(f'"${name}"' for name in names)
+    clean = {k: v for k, v in env.items() if k != "JOBSCHED_DATA_DIR"}
     done = await asyncio.to_thread(
         subprocess.run,
         ["bash", "-c", script],
-        env={**env, "JOBSCHED_DATA_DIR": str(data)},
+        env=clean,
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    return dict(zip(names, done.stdout.split(), strict=True))
+    exported = dict(zip(names, done.stdout.split(), strict=True))
+    assert exported["JOBSCHED_DATA_DIR"] == str(data.resolve())  # the other commands find it
+    return exported
 
 
 def dev_env(make_settings: SettingsFactory, data: Path) -> dict[str, str]:

@@ -65,3 +65,5 @@ def test_the_banner_names_the_api_and_the_dashboard_but_no_secret() -> None:
         "http://127.0.0.1:8080/ui/",
     ]
     assert "/srv/data/dev.json" in banner  # where the token is, not the token
+    # not the default ./data: the eval line names the data dir, so it works from anywhere
+    assert 'dev-env --data-dir /srv/data)"' in banner and "in this directory" not in banner
