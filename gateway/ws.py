@@ -446,6 +446,9 @@ class _Connection:
                 continue
             if isinstance(message, SubscribeMessage):
                 await self._subscribe(message)
+            else:  # an auth message on an authenticated connection: say so, change nothing
+                text = f"already authenticated as {self.user!r}; open a new connection to switch"
+                await self._send(Outbound(type="error", message=text))
 
     async def _subscribe(self, message: SubscribeMessage) -> None:
         self._unfollow()

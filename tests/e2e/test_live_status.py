@@ -310,3 +310,22 @@ async def test_a_stopping_gateway_closes_its_websockets_with_1001(
         async with asyncio.timeout(10):
             await stopping
         await ws.close()
+
+
+async def test_a_second_auth_message_is_answered_with_an_error_and_changes_nothing(
+    stack: Stack,
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(stack.url.replace("http", "ws") + "/ws") as ws,
+    ):
+        await ws.send_str(json.dumps({"type": "auth", "token": stack.token("alice")}))
+        async with asyncio.timeout(10):
+            assert json.loads((await ws.receive()).data)["user"] == "alice"
+        await ws.send_str(json.dumps({"type": "auth", "token": stack.token("bob")}))
+        async with asyncio.timeout(10):
+            answer = json.loads((await ws.receive()).data)
+        assert answer["type"] == "error" and "already authenticated as 'alice'" in answer["message"]
+        await ws.send_str(json.dumps({"type": "subscribe"}))
+        async with asyncio.timeout(10):
+            assert json.loads((await ws.receive()).data)["type"] == "subscribed"
