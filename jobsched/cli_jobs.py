@@ -542,7 +542,10 @@ def _spec(
     "wait_seconds",
     type=float,
     default=None,
-    help="Wait up to N seconds for a one-time job to end; exit 1 unless it SUCCEEDED.",
+    is_flag=False,
+    flag_value=60.0,
+    help="Wait up to N seconds (--wait alone: 60) for a one-time job to end; exit 1 unless it "
+    "SUCCEEDED.",
 )
 @_output_option("json")
 @_client_options

@@ -67,6 +67,8 @@ async def test_submit_with_an_idempotency_key_creates_one_job(stack: Stack) -> N
 async def test_submit_wait_exits_non_zero_unless_the_run_succeeded(stack: Stack) -> None:
     ok = await cli(stack, "submit", "fail", "--param", "times=0", "--wait", "20")
     assert json.loads(ok.stdout)["status"] == "SUCCEEDED"
+    flag = await cli(stack, "submit", "fail", "--param", "times=0", "--wait")  # alone: 60 s
+    assert json.loads(flag.stdout)["status"] == "SUCCEEDED"
     failed = await cli(
         stack, "submit", "fail", "--param", "times=5", "--max-attempts", "1", "--wait", "20",
         code=1,
