@@ -79,15 +79,18 @@ def firefox(tmp_path: Path) -> Iterator[Marionette]:
     )
     try:
         port_file = profile / "MarionetteActivePort"
-        for _ in range(600):  # Firefox writes the port once Marionette listens (bounded wait)
-            if port_file.exists() and port_file.read_text().strip():
-                break
+        client: Marionette | None = None
+        for _ in range(600):  # until Marionette listens on the port it wrote (bounded wait)
             try:
-                proc.wait(timeout=0.1)
-                pytest.fail("firefox exited before Marionette listened")
-            except subprocess.TimeoutExpired:
-                pass
-        client = Marionette(int(port_file.read_text()))
+                client = Marionette(int(port_file.read_text()))
+                break
+            except (OSError, ValueError):  # not written yet, half written, or not listening yet
+                try:
+                    proc.wait(timeout=0.1)
+                    pytest.fail("firefox exited before Marionette listened")
+                except subprocess.TimeoutExpired:
+                    pass
+        assert client is not None, "Marionette never listened"
         client.call("WebDriver:NewSession", {"capabilities": {}})
         client.call("WebDriver:SetTimeouts", {"implicit": WAIT_MS})
         yield client
