@@ -347,6 +347,10 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
     near = [(at - _NEAR, at + _NEAR) for at in changes] if expr.is_fixed_time else []
     origin = start.timestamp()
     bound = end if schedule.end_at is None else min(end, schedule.end_at + timedelta(seconds=1))
+    if not changes and first >= start and _is_daily(expr):
+        daily = _daily_fires(expr, tz, schedule, first, bound, origin)
+        if daily is not None:
+            return daily
     t = first
     n = 0
     while t < bound:
@@ -367,6 +371,54 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
         marks += [(at, "skipped", "gap: skip", schedule.timezone)
                   for at in skipped_in_gaps(schedule, max(first, start), end)]  # fmt: skip
     return _Fires(counts, marks, truncated=False)
+
+
+_DAY = timedelta(days=1)
+_MICROSECOND = timedelta(microseconds=1)
+_DAY_MICROSECONDS = _DAY // _MICROSECOND
+
+
+def _is_daily(expr: cron.CronExpression) -> bool:
+    """Whether the expression fires at the same wall-clock times every day: its day-of-month,
+    month and day-of-week fields are all ``*`` (read from its source; anything else, a macro
+    included, is not taken for daily)."""
+    fields = expr.source.split()
+    return len(fields) in (5, 6) and fields[-3:] == ["*", "*", "*"]
+
+
+def _daily_fires(
+    expr: cron.CronExpression,
+    tz: ZoneInfo,
+    schedule: CronSchedule,
+    first: datetime,
+    bound: datetime,
+    origin: float,
+) -> _Fires | None:
+    """The fire times of a daily expression from ``first`` (>= the window's start) to ``bound``
+    when the zone's offset is constant over the window: one day's fire times from the cron
+    iterator, repeated every 24 hours by arithmetic on the minute bins (the same fire times as
+    the iterator's, which the offset alone would change). None: leave it to the iterator (too
+    many fire times to count, or the iterator failed)."""
+    one_day: list[int] = []  # microseconds after ``first``
+    t = first
+    try:
+        while t < bound and t < first + _DAY:
+            one_day.append((t - first) // _MICROSECOND)
+            t = expr.next_after(t, tz, gap=schedule.gap, fold=schedule.fold)
+    except (OverflowError, ValueError):
+        return None
+    days = (bound - first) // _DAY + 1
+    if len(one_day) * days >= MAX_FIRES_PER_SCHEDULE:
+        return None
+    last = (bound - first) // _MICROSECOND
+    first_us = round((first.timestamp() - origin) * 1_000_000)
+    counts: Counter[int] = Counter()
+    for k in range(days):
+        for offset in one_day:
+            at = offset + k * _DAY_MICROSECONDS
+            if at < last:
+                counts[(first_us + at) // 1000 // BIN_MS] += 1
+    return _Fires(counts, [], truncated=False)
 
 
 _NEAR = timedelta(hours=3)

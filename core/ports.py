@@ -59,6 +59,8 @@ class JobQuery:
         name: only the job of this name (exact match).
         labels: only jobs whose labels match this selector (:mod:`core.labels`; None or the
             empty selector: any labels).
+        idempotency_key: only the job created with this ``Idempotency-Key`` (exact match; one
+            per owner, found through the index of idempotent creation).
     """
 
     status: JobStatus | None = None
@@ -68,6 +70,7 @@ class JobQuery:
     task_id: str | None = None
     name: str | None = None
     labels: Selector | None = None
+    idempotency_key: str | None = None
 
 
 class IdempotencyKeyReused(Conflict):

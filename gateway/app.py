@@ -482,6 +482,7 @@ LIST_PARAMS = frozenset(
         "taskId",
         "name",
         "labels",
+        "idempotencyKey",
         "limit",
         "cursor",
         "owner",
@@ -506,6 +507,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         task_id=q.get("taskId") or None,
         name=q.get("name") or None,
         labels=parse_selector(q.get("labels", ""), "labels"),
+        idempotency_key=q.get("idempotencyKey") or None,
     )
     page = await request.app[SERVICE].list_jobs(
         request[PRINCIPAL],

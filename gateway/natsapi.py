@@ -95,6 +95,7 @@ class ListRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     task_id: str | None = None
     name: str | None = None
     labels: str | None = None
+    idempotency_key: str | None = None
     limit: int = msgspec.field(default=50)
     cursor: str | None = None
     owner: str | None = None
@@ -157,6 +158,7 @@ async def _op_list(svc: JobService, user: Principal, data: bytes, headers: dict[
         req.task_id or None,
         name=req.name or None,
         labels=parse_selector(req.labels or "", "labels"),
+        idempotency_key=req.idempotency_key or None,
     )
     return await svc.list_jobs(
         user,

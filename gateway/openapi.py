@@ -232,6 +232,11 @@ ROUTES: list[Route] = [
             Param("taskId", {"type": "string"}, "Only jobs of this task."),
             Param("name", {"type": "string"}, "Only the job of this name."),
             Param(
+                "idempotencyKey",
+                {"type": "string"},
+                "Only the job created with this `Idempotency-Key` header (exact match).",
+            ),
+            Param(
                 "labels",
                 {"type": "string", "examples": ["team=billing,env!=dev", "tier in (a,b),!legacy"]},
                 "A label selector (Kubernetes syntax): requirements separated by commas, all of "

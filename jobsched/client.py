@@ -310,15 +310,18 @@ class JobschedClient(HttpRunsApi):
         all_users: bool = False,
         name: str | None = None,
         labels: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Page[Job]:
         """``GET /jobs``; ``owner`` and ``all_users`` need an admin token; ``labels`` is a label
-        selector (``"team=billing,env!=dev"``, :func:`core.labels.parse_selector`)."""
+        selector (``"team=billing,env!=dev"``, :func:`core.labels.parse_selector`);
+        ``idempotency_key`` finds the job created with that ``Idempotency-Key``."""
         params = _params(
             status=status,
             lastRunStatus=last_run_status,
             taskId=task_id,
             name=name,
             labels=labels,
+            idempotencyKey=idempotency_key,
             startTime=start_time.isoformat() if start_time else None,
             endTime=end_time.isoformat() if end_time else None,
             limit=str(limit) if limit else None,
@@ -584,7 +587,7 @@ class NatsJobschedClient(NatsRunsApi):
 
     async def list_jobs(self, **filters: Any) -> Page[Job]:
         """Filters as HTTP (camelCase): status, lastRunStatus, startTime, endTime, taskId, name,
-        labels (a label selector), limit, cursor, owner, allUsers."""
+        labels (a label selector), idempotencyKey, limit, cursor, owner, allUsers."""
         return _jobs_decoder.decode(await self._call("list", filters))
 
     async def cancel_job(self, job_id: str) -> Job:

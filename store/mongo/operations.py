@@ -73,6 +73,8 @@ def jobs_query(owner: str | None, query: JobQuery, page: Keyset) -> Document:
         where["taskId"] = query.task_id
     if query.name is not None:
         where["name"] = {**NAMED["name"], "$eq": query.name}
+    if query.idempotency_key is not None:  # repeats the partial filter, as key_query
+        where["idempotencyKey"] = {**KEYED["idempotencyKey"], "$eq": query.idempotency_key}
     if query.labels:
         where.update(labels_filter(query.labels))
     created: Document = {}

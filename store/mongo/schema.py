@@ -137,7 +137,8 @@ INDEXES: tuple[IndexSpec, ...] = (
         JOBS,
         IDEMPOTENCY_INDEX,
         (("owner", ASCENDING), ("idempotencyKey", ASCENDING)),
-        "create_job: an idempotency key is unique per owner; the lookup of the job that has it",
+        "create_job: an idempotency key is unique per owner; the lookup of the job that has it "
+        "(also list_jobs by idempotency key)",
         partial=KEYED,
         unique=True,
     ),

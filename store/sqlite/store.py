@@ -468,6 +468,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         if query.name is not None:
             where.append("name = ?")
             params.append(query.name)
+        if query.idempotency_key is not None:  # implies the partial index's IS NOT NULL
+            where.append("idempotency_key = ?")
+            params.append(query.idempotency_key)
         clauses = query.labels.clauses() if query.labels else []
         driving = next((c for c in clauses if not c.negated and len(c.terms) == 1), None)
         select, sort, tie = f"SELECT {JOB_COLUMNS} FROM jobs", "created_at", "id"

@@ -168,3 +168,17 @@ async def test_list_takes_the_name_task_and_label_filters(stack: Stack) -> None:
         assert (repeated.value.status, problem_fields(repeated.value)) == (422, ["labels"])
     http_view = await stack.client().list_jobs(labels="team=billing")
     assert [j.id for j in http_view.items] == [billing.id]
+
+
+async def test_list_finds_the_job_of_an_idempotency_key(stack: Stack) -> None:
+    async with nats_client(stack) as api, nats_client(stack, "bob") as bob_api:
+        keyed = await api.create_job({"taskId": "noop"}, idempotency_key="nightly-2026-06-01")
+        await api.create_job({"taskId": "noop"}, idempotency_key="nightly-2026-06-02")
+        bobs = await bob_api.create_job({"taskId": "noop"}, idempotency_key="nightly-2026-06-01")
+        page = await api.list_jobs(idempotencyKey="nightly-2026-06-01")
+        assert [j.id for j in page.items] == [keyed.id]  # exact, and never bob's
+        assert (await api.list_jobs(idempotencyKey="nightly-2026")).items == []
+    http_view = await stack.client().list_jobs(idempotency_key="nightly-2026-06-01")
+    assert [j.id for j in http_view.items] == [keyed.id]
+    bob_view = await stack.client("bob").list_jobs(idempotency_key="nightly-2026-06-01")
+    assert [j.id for j in bob_view.items] == [bobs.id]

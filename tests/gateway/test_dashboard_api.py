@@ -1,4 +1,5 @@
-"""The two API additions the dashboard needs: ``GET /jobs?taskId=`` and one run by its id."""
+"""The API additions the dashboard needs: ``GET /jobs?taskId=``, ``GET /jobs?idempotencyKey=``
+and one run by its id."""
 
 from __future__ import annotations
 
@@ -61,3 +62,29 @@ async def test_one_run_by_id_is_the_owners_only(api: Api) -> None:
     assert (status, body["code"]) == (404, "execution_not_found")
     status, body = await get(api, f"/jobs/{job.id}/executions/{run.id}", user="bob")
     assert (status, body["code"]) == (404, "job_not_found")
+
+
+async def test_jobs_filter_by_idempotency_key(api: Api) -> None:
+    async def keyed(key: str, user: str = "alice") -> str:
+        async with api.session.post(
+            f"{api.url}/jobs",
+            json={"taskId": "noop", **CRON},
+            headers={**api.auth(user), "Idempotency-Key": key},
+        ) as resp:
+            assert resp.status == 201
+            return str((await resp.json())["id"])
+
+    mine = await keyed("order-42")
+    await keyed("order-421")
+    await keyed("order-42", user="bob")
+
+    status, page = await get(api, "/jobs?idempotencyKey=order-42")
+    assert status == 200
+    assert [j["id"] for j in page["items"]] == [mine]  # type: ignore[attr-defined]
+    _, page = await get(api, "/jobs?idempotencyKey=order-42&status=PAUSED")
+    assert page["items"] == []
+    _, page = await get(api, "/jobs?idempotencyKey=order")
+    assert page["items"] == []
+    status, problem = await get(api, "/jobs?idempotencyKey=a&idempotencyKey=b")
+    fields = [e["field"] for e in problem["errors"]]  # type: ignore[attr-defined]
+    assert (status, fields) == (422, ["idempotencyKey"])

@@ -220,7 +220,7 @@ async def test_start_time_after_end_time_is_422(api: Api) -> None:
 def test_the_openapi_document_has_the_filters_and_the_new_fields() -> None:
     doc = openapi_document()
     listing_params = {p["name"] for p in doc["paths"]["/jobs"]["get"]["parameters"]}
-    assert {"taskId", "name", "labels"} <= listing_params
+    assert {"taskId", "name", "labels", "idempotencyKey"} <= listing_params
     assert "415" in doc["paths"]["/jobs"]["post"]["responses"]
     assert "415" in doc["paths"]["/jobs/{job_id}"]["patch"]["responses"]
     schemas = doc["components"]["schemas"]

@@ -200,6 +200,30 @@ async def test_jobs_without_a_key_and_with_other_keys_do_not_collide(store: JobS
     assert await job_ids(store) == ["job-1", "job-2", "job-3", "job-4", "job-5"]
 
 
+async def test_list_jobs_finds_the_job_of_an_idempotency_key(store: JobStore) -> None:
+    for job in (
+        keyed_job("job-1", None),
+        keyed_job("job-2", "key-1"),
+        keyed_job("job-3", "key-10"),
+        keyed_job("job-4", "KEY-1"),
+        keyed_job("job-b", "key-1", owner="bob"),
+    ):
+        await store.create_job(job, request_hash="h")
+
+    async def keyed(key: str, owner: str | None = OWNER, **filters: Any) -> list[str]:
+        query = JobQuery(idempotency_key=key, **filters)
+        page = await store.list_jobs(owner, query, limit=10, cursor=None)
+        return [j.id for j in page.items]
+
+    assert await keyed("key-1") == ["job-2"]  # exact: neither a prefix nor another case
+    assert await keyed("KEY-1") == ["job-4"]
+    assert await keyed("key-1", owner="bob") == ["job-b"]  # per owner
+    assert sorted(await keyed("key-1", owner=None)) == ["job-2", "job-b"]
+    assert await keyed("key-") == []
+    assert await keyed("key-1", status=JobStatus.PAUSED) == []  # with the other filters
+    assert await keyed("key-1", task_id="noop") == ["job-2"]
+
+
 async def test_a_duplicate_id_with_a_new_key_is_a_conflict(store: JobStore) -> None:
     original = keyed_job("job-1", "key-1")
     await store.create_job(original)

@@ -398,3 +398,32 @@ async def test_a_database_of_an_older_release_gets_names_and_labels_indexed(db: 
     assert "job_labels_term (term=?)" in plans[1], plans
     assert "SEARCH t USING PRIMARY KEY (job_id=? AND term=?)" in plans[0], plans
     assert not any("TEMP B-TREE" in p for p in plans), plans  # walked in order, never sorted
+
+
+async def test_list_jobs_by_idempotency_key_walks_the_key_index(tmp_path: Path) -> None:
+    """The listing of one key probes ``jobs_owner_idempotency_key`` (the index of idempotent
+    creation), neither the owner's jobs in creation order nor a scan."""
+    db = tmp_path / "keys.db"
+    s = SqliteStore(db)
+    await s.open()
+    try:
+        for i in range(3):
+            job = msgspec.structs.replace(make_job(f"job-{i}"), idempotency_key=f"key-{i}")
+            await s.create_job(job, request_hash="h")
+        keyed = JobQuery(idempotency_key="key-1")
+        assert [j.id for j in (await s.list_jobs("alice", keyed, limit=5, cursor=None)).items] == [
+            "job-1"
+        ]
+    finally:
+        await s.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("ANALYZE")
+    plan = " ".join(
+        str(row[3])
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE owner = 'alice' AND "
+            "idempotency_key = 'key-1' ORDER BY created_at DESC, id DESC LIMIT 51"
+        )
+    )
+    conn.close()
+    assert "jobs_owner_idempotency_key (owner=? AND idempotency_key=?)" in plan, plan

@@ -8,6 +8,7 @@ import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 from playwright.async_api import Browser, BrowserContext, expect
 
@@ -192,7 +193,9 @@ async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(
 
     await page.get_by_label("Go to job").fill(bobs.id)  # another user's id: not found
     await page.keyboard.press("Enter")
-    await expect(page.locator("#job-search-result")).to_have_text(f"No job {bobs.id} of yours.")
+    await expect(page.locator("#job-search-result")).to_have_text(
+        f"No job of yours has the id or idempotency key {bobs.id}."
+    )
     await page.get_by_label("Go to job").fill(mine.id)
     await page.keyboard.press("Enter")
     await expect(page).to_have_url(f"{stack.url}/ui/jobs/{mine.id}")
@@ -206,3 +209,35 @@ async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(
     await expect(admin.page.locator(f"#job-{mine.id}")).to_be_visible()
     await admin.screenshot("jobs-all-users")
     admin.assert_clean()
+
+
+async def create_keyed(stack: Stack, user: str, key: str) -> str:
+    """A job created through the HTTP API with ``Idempotency-Key: key``; its id."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{stack.url}/jobs",
+            json={"taskId": "noop", "schedule": NIGHTLY_BERLIN},
+            headers={"Authorization": f"Bearer {stack.token(user)}", "Idempotency-Key": key},
+        ) as resp,
+    ):
+        assert resp.status == 201
+        return str((await resp.json())["id"])
+
+
+async def test_the_search_box_finds_a_job_by_its_idempotency_key(
+    stack: Stack, signed_in: SignIn
+) -> None:
+    mine = await create_keyed(stack, "alice", "invoice-2026-06")
+    await create_keyed(stack, "bob", "invoice-2026-07")
+    tab = await signed_in()
+    page = tab.page
+    await page.get_by_label("Go to job").fill("invoice-2026-07")  # bob's key: not found
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#job-search-result")).to_have_text(
+        "No job of yours has the id or idempotency key invoice-2026-07."
+    )
+    await page.get_by_label("Go to job").fill("invoice-2026-06")
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(f"{stack.url}/ui/jobs/{mine}")
+    tab.problems.clear()  # the browser logs the 404 answers of the id lookups as console errors

@@ -101,11 +101,11 @@ export function renderJobs(main, params) {
     h("button", { type: "submit" }, "Apply"),
     h("a", { href: "/ui/", class: "button-link" }, "Clear"),
   );
-  const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id", spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
+  const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id or idempotency key", spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
   const found = h("span", { id: "job-search-result", role: "status", class: "muted" });
   const finder = h(
     "form",
-    { class: "filters", role: "search", "aria-label": "Find a job by id" },
+    { class: "filters", role: "search", "aria-label": "Find a job by id or idempotency key" },
     h("label", { for: "job-search" }, "Go to job "),
     search,
     h("button", { type: "submit" }, "Go"),
@@ -116,10 +116,15 @@ export function renderJobs(main, params) {
     const id = search.value.trim();
     if (!id) return;
     try {
-      const job = await api(`/jobs/${encodeURIComponent(id)}`);
+      const job = await api(`/jobs/${encodeURIComponent(id)}`).catch(async (err) => {
+        if (err.status !== 404) throw err;
+        const page = await api(`/jobs?${new URLSearchParams({ idempotencyKey: id, limit: "1" })}`);
+        if (!page.items.length) throw err;
+        return page.items[0];
+      });
       navigate(`/ui/jobs/${encodeURIComponent(job.id)}`);
     } catch (err) {
-      found.textContent = err.status === 404 ? `No job ${id} of yours.` : err.message;
+      found.textContent = err.status === 404 ? `No job of yours has the id or idempotency key ${id}.` : err.message;
       search.focus();
     }
   });
