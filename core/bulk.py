@@ -142,7 +142,9 @@ class BulkAction(Model, kw_only=True, omit_defaults=False, frozen=True):
             created after the action, its own replays included, are not its business).
         actor / actor_role: who asked.
         done: runs replayed or cancelled; skipped: runs selected but left alone (a run whose
-            job was cancelled or deleted, one that finished before it could be cancelled);
+            job was cancelled or deleted, a run that has a replay already — its replay, if it
+            failed, is selected as a run of its own —, one that finished before it could be
+            cancelled);
             failed: runs it tried and could not handle (the store or NATS refused).
         created_at / updated_at / finished_at: aware UTC.
         error: why a FAILED action stopped.
@@ -246,6 +248,36 @@ class RunNotReplayable(Conflict):
     was given up (:data:`REPLAYABLE`) can be replayed."""
 
     code = "run_not_replayable"
+
+
+class AlreadyReplayed(Conflict):
+    """The run has a replay already (409): replaying it again needs ``force``. A replay that
+    failed is a dead letter of its own: replay that one instead.
+
+    Attributes:
+        replay_id: the run's latest replay (the problem's ``replayId``).
+    """
+
+    code = "already_replayed"
+
+    def __init__(self, execution_id: str, replay_id: str) -> None:
+        super().__init__(
+            f"run {execution_id} was replayed already as {replay_id}; replay that run if it "
+            "failed, or pass force=true to replay this one again"
+        )
+        self.replay_id = replay_id
+
+
+def replayed_by_another(
+    original_id: str, replays: dict[str, list[str]], own_id: str | None = None
+) -> str | None:
+    """The rule of a bulk replay (and of a one-by-one replay without ``force``): a run that has
+    a replay is not replayed again. ``replays`` is :meth:`core.ports.RunStore.replays_of` of
+    the runs at hand; ``own_id`` the id this replay would have (a bulk action's repeated batch
+    finds its own replay, which does not count). The latest other replay's id, or None when
+    the run may be replayed."""
+    others = [r for r in replays.get(original_id, ()) if r != own_id]
+    return others[-1] if others else None
 
 
 class NotRecurring(Conflict):

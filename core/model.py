@@ -695,8 +695,9 @@ class ProblemLimit(Model, kw_only=True, frozen=True):
 
 class Problem(Model, kw_only=True, frozen=True):
     """RFC 9457 problem details (``application/problem+json``), with jobsched extensions
-    ``code`` (stable error code), ``requestId``, ``errors`` (one entry per invalid field) and
-    ``limit`` (the quota of a ``quota_exceeded`` problem)."""
+    ``code`` (stable error code), ``requestId``, ``errors`` (one entry per invalid field),
+    ``limit`` (the quota of a ``quota_exceeded`` problem) and ``replayId`` (the existing replay
+    of an ``already_replayed`` problem)."""
 
     type: str
     title: str
@@ -707,6 +708,8 @@ class Problem(Model, kw_only=True, frozen=True):
     request_id: str | None = None
     errors: list[ProblemField] | None = None
     limit: ProblemLimit | None = None
+    replay_id: str | None = None
+    """An ``already_replayed`` problem's existing replay (the run's latest)."""
 
 
 class Health(Model, kw_only=True, frozen=True):

@@ -226,6 +226,12 @@ class RunStore(Protocol):
         """
         ...
 
+    async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
+        """The replays each of ``execution_ids`` has: original run id → the ids of the runs
+        whose ``replayOf`` is it (sorted); a run without any is absent. Served by an index
+        on ``replayOf`` (only replays are indexed)."""
+        ...
+
     async def create_bulk(self, action: BulkAction, *, audit: AuditEntry | None = None) -> None:
         """Insert a new bulk action durably, with its ``audit`` record (optional).
 

@@ -28,7 +28,7 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
 from core.backfill import BackfillRequest
-from core.bulk import MAX_ERROR_FILTER, BulkCreate, BulkKind, RunQuery
+from core.bulk import MAX_ERROR_FILTER, AlreadyReplayed, BulkCreate, BulkKind, RunQuery
 from core.clock import Clock
 from core.cluster import ClusterSource
 from core.errors import (
@@ -249,6 +249,7 @@ def problem_response(
     request: web.Request,
     errors: list[FieldError] | None = None,
     quota: QuotaExceeded | None = None,
+    replay_id: str | None = None,
 ) -> web.Response:
     """An RFC 9457 problem response about ``request`` (its path, its request id)."""
     return problem(
@@ -260,6 +261,7 @@ def problem_response(
         request_id=request.get(REQUEST_ID),
         errors=errors,
         quota=quota,
+        replay_id=replay_id,
     )
 
 
@@ -277,8 +279,16 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
             log.error("%d for %s %s (request %s): %s", e.status, request.method, request.path,
                       request_id, e)  # fmt: skip
         quota = e if isinstance(e, QuotaExceeded) else None
+        replay_id = e.replay_id if isinstance(e, AlreadyReplayed) else None
         resp = problem_response(
-            e.status, e.code, TITLES.get(e.status, "Error"), e.message, request, errors, quota
+            e.status,
+            e.code,
+            TITLES.get(e.status, "Error"),
+            e.message,
+            request,
+            errors,
+            quota,
+            replay_id,
         )
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[DEPS].config.max_body_bytes
@@ -712,9 +722,13 @@ async def list_runs(request: web.Request) -> web.Response:
 
 
 async def replay_run(request: web.Request) -> web.Response:
-    """``POST /jobs/{id}/executions/{eid}/replay``: a new run replaying that one; 201."""
+    """``POST /jobs/{id}/executions/{eid}/replay[?force=true]``: a new run replaying that one;
+    201 (409 ``already_replayed`` when it has a replay and ``force`` is not set)."""
     run = await request.app[RUNS].replay(
-        request[PRINCIPAL], request.match_info["job_id"], request.match_info["execution_id"]
+        request[PRINCIPAL],
+        request.match_info["job_id"],
+        request.match_info["execution_id"],
+        force=_bool_param(request.query, "force"),
     )
     location = f"/jobs/{run.job_id}/executions/{run.id}"
     return json_response(run, status=201, headers={"Location": location})

@@ -49,6 +49,7 @@ import msgspec
 from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditQuery
+from core.bulk import AlreadyReplayed
 from core.errors import (
     FieldError,
     InvalidRequest,
@@ -319,5 +320,6 @@ def _problem(e: JobschedError, operation: str) -> bytes:
             if errors
             else None,
             limit=quota_limit(e if isinstance(e, QuotaExceeded) else None),
+            replay_id=e.replay_id if isinstance(e, AlreadyReplayed) else None,
         )
     )

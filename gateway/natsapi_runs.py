@@ -7,7 +7,8 @@ operation     request body                                            reply
 ``runs``      ``{"status", "taskId", "from", "to", "error", "labels",  a page of runs
               "limit", "cursor", "owner", "allUsers"}`` (as ``GET /executions``;
               default status FAILED: the dead letters)
-``replay``    ``{"jobId": …, "executionId": …}``                      the new run
+``replay``    ``{"jobId": …, "executionId": …, "force": false}``      the new run (409
+              (as ``POST …/replay``)                                  ``already_replayed``)
 ``backfill``  ``{"id": <job id>, "from", "to", "dryRun",              the backfill result
               "overlapPolicy"}`` (as ``POST /jobs/{id}/backfill``)
 ``bulkReplay``  a filter (as ``POST /bulk/replay``)                     the bulk action
@@ -51,6 +52,7 @@ class RunsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
 class ReplayRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     job_id: str
     execution_id: str
+    force: bool = False
 
 
 class BackfillOperation(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -115,7 +117,7 @@ async def _op_runs(svc: RunService, who: Principal, data: bytes, headers: dict[s
 
 async def _op_replay(svc: RunService, who: Principal, data: bytes, headers: dict[str, str]) -> Any:
     req: ReplayRequest = _decode(_replay, data)
-    return await svc.replay(who, req.job_id, req.execution_id)
+    return await svc.replay(who, req.job_id, req.execution_id, force=req.force)
 
 
 async def _op_backfill(

@@ -481,10 +481,20 @@ ROUTES: list[Route] = [
     Route(
         "post",
         "/jobs/{job_id}/executions/{execution_id}/replay",
-        "Replay a finished run: a new run (new id, replayOf = this one), dispatched now",
+        "Replay a finished run: a new run (new id, replayOf = this one), dispatched now. A run "
+        "that has a replay already is a 409 already_replayed (replayId: its latest replay) "
+        "unless force=true",
         201,
         Execution,
-        params=[ID, EXECUTION_ID],
+        params=[
+            ID,
+            EXECUTION_ID,
+            Param(
+                "force",
+                {"type": "string", "enum": ["true", "false"], "default": "false"},
+                "Replay the run even if it has a replay already.",
+            ),
+        ],
         problems=(401, 403, 404, 409, 429, 503),
     ),
     Route(

@@ -46,6 +46,7 @@ def problem(
     request_id: str | None = None,
     errors: list[FieldError] | None = None,
     quota: QuotaExceeded | None = None,
+    replay_id: str | None = None,
 ) -> web.Response:
     """An RFC 9457 problem response: ``type`` is :data:`PROBLEM_BASE` + ``code``; ``title``
     defaults to the status's entry in :data:`TITLES`. A 401 carries ``WWW-Authenticate``, a 503
@@ -61,6 +62,7 @@ def problem(
         request_id=request_id,
         errors=[ProblemField(field=e.field, reason=e.reason) for e in errors] if errors else None,
         limit=quota_limit(quota),
+        replay_id=replay_id,
     )
     resp = web.Response(status=status, body=encoder.encode(body), content_type=PROBLEM_JSON)
     if status == 401:

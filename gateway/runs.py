@@ -34,6 +34,7 @@ from core.backfill import (
 from core.bulk import (
     CANCELLABLE,
     REPLAYABLE,
+    AlreadyReplayed,
     BatchCounts,
     BulkAction,
     BulkCreate,
@@ -44,6 +45,7 @@ from core.bulk import (
     RunNotReplayable,
     RunQuery,
     replay_nonce,
+    replayed_by_another,
 )
 from core.errors import BusUnavailable, ExecutionNotFound, FieldError, InvalidRequest
 from core.ids import execution_id
@@ -109,15 +111,21 @@ class RunService:
 
     # --- replay --------------------------------------------------------------------------------
 
-    async def replay(self, who: Principal, job_id: str, execution_id: str) -> Execution:
+    async def replay(
+        self, who: Principal, job_id: str, execution_id: str, *, force: bool = False
+    ) -> Execution:
         """A new run of the job (a new id, ``replayOf`` = ``execution_id``), dispatched now as
-        a manual trigger is, with the job's current parameters and options.
+        a manual trigger is, with the job's current parameters and options. A run that has a
+        replay already is replayed again only with ``force`` (a retried request, or a second
+        click, must not run the job twice; a replay that failed is replayed as itself).
 
         Raises:
             Forbidden: a read-only token.
             JobNotFound / ExecutionNotFound: no such job for the caller, or no such run of it.
             JobStatusConflict: the job is cancelled (409).
             RunNotReplayable: the run is in progress or was skipped (409).
+            AlreadyReplayed: the run has a replay and ``force`` is not set (409, naming the
+                latest replay).
             QuotaExceeded: ``runsPerMinute`` of the job's owner (429).
         """
         who.require_write()
@@ -133,9 +141,13 @@ class RunService:
                 f"run {execution_id} is {original.status}; only a FAILED, CANCELLED or "
                 "SUCCEEDED run can be replayed"
             )
+        if not force:
+            latest = replayed_by_another(original.id, await self.store.replays_of([original.id]))
+            if latest is not None:
+                raise AlreadyReplayed(original.id, latest)
         now = self.clock.now()
         await self._take_runs({owner: 1}, now)
-        [result] = await self.replay_runs(who, [(job, original)], now)
+        [result] = await self.replay_runs(who, [(job, original)], now, force=True)
         assert result.run is not None
         return result.run
 
@@ -146,14 +158,24 @@ class RunService:
         now: datetime,
         *,
         bulk: BulkAction | None = None,
+        force: bool = False,
     ) -> list[Replayed]:
         """Replay each ``(job, run)`` (job None: deleted), in one store call: skipped when the
-        job is gone or cancelled or the run cannot be replayed. A bulk action's replays have
-        ids derived from it (:func:`core.bulk.replay_nonce`), at its creation time, so a batch
-        repeated after a crash creates none twice (``created`` False for those). Quotas are
-        the caller's to check."""
+        job is gone or cancelled, the run cannot be replayed, or (unless ``force``) the run has
+        a replay already (:func:`core.bulk.replayed_by_another`; a replay that failed is a run
+        of its own, replayed as any other). A bulk action's replays have ids derived from it
+        (:func:`core.bulk.replay_nonce`), at its creation time, so a batch repeated after a
+        crash creates none twice (``created`` False for those: its own replay does not make
+        the run skipped). Quotas are the caller's to check."""
         results: list[Replayed] = []
         todo: list[tuple[int, Job, Execution]] = []
+        replays = (
+            {}
+            if force
+            else await self.store.replays_of(
+                [r.id for j, r in pairs if j is not None and r.status in REPLAYABLE]
+            )
+        )
         for i, (job, original) in enumerate(pairs):
             if job is None or job.status == JobStatus.CANCELLED:
                 results.append(Replayed(None, reason="the job is cancelled or deleted"))
@@ -164,6 +186,10 @@ class RunService:
             at = None if bulk is None else bulk.created_at
             nonce = None if bulk is None else replay_nonce(bulk.id, original.id)
             run = replay_run(job, original, now, nonce=nonce, at=at)
+            latest = replayed_by_another(original.id, replays, run.id)
+            if latest is not None:
+                results.append(Replayed(None, reason=f"replayed already as {latest}"))
+                continue
             results.append(Replayed(run))
             todo.append((i, job, run))
         if not todo:

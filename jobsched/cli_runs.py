@@ -130,11 +130,17 @@ RUN_COMMANDS.append(dead_letters)
 @click.command()
 @click.argument("job_id")
 @click.argument("execution_id")
+@click.option(
+    "--force", is_flag=True, help="Replay it even if it was replayed already (else: 409)."
+)
 @_output_option("table")
 @_client_options
-def replay(job_id: str, execution_id: str, output: str, url: str | None, token: str | None) -> None:
-    """Replay a finished run: a new run of the job now, pointing to EXECUTION_ID."""
-    run = _call(url, token, lambda c: c.replay(job_id, execution_id))
+def replay(
+    job_id: str, execution_id: str, force: bool, output: str, url: str | None, token: str | None
+) -> None:
+    """Replay a finished run: a new run of the job now, pointing to EXECUTION_ID. A run that
+    has a replay already is refused (naming the replay) unless --force."""
+    run = _call(url, token, lambda c: c.replay(job_id, execution_id, force=force))
     if output == "json":
         _echo_json(run)
     else:

@@ -115,10 +115,13 @@ class HttpRunsApi:
             params["cursor"] = cursor
         return _runs_decoder.decode(await self._request("GET", "/executions", params=params))
 
-    async def replay(self, job_id: str, execution_id: str) -> Execution:
-        """``POST /jobs/{id}/executions/{eid}/replay``: the new run."""
+    async def replay(self, job_id: str, execution_id: str, *, force: bool = False) -> Execution:
+        """``POST /jobs/{id}/executions/{eid}/replay``: the new run. A run replayed already is
+        an :class:`ApiError` 409 ``already_replayed`` (``problem.replay_id``: its latest replay)
+        unless ``force``."""
         path = f"/jobs/{job_id}/executions/{execution_id}/replay"
-        return _run_decoder.decode(await self._request("POST", path))
+        params = {"force": "true"} if force else None
+        return _run_decoder.decode(await self._request("POST", path, params=params))
 
     async def backfill(
         self,
@@ -181,8 +184,10 @@ class NatsRunsApi:
         (a label selector), limit, cursor, owner, allUsers."""
         return _runs_decoder.decode(await self._call("runs", filters))
 
-    async def replay(self, job_id: str, execution_id: str) -> Execution:
-        body = {"jobId": job_id, "executionId": execution_id}
+    async def replay(self, job_id: str, execution_id: str, *, force: bool = False) -> Execution:
+        body: dict[str, Any] = {"jobId": job_id, "executionId": execution_id}
+        if force:
+            body["force"] = True
         return _run_decoder.decode(await self._call("replay", body))
 
     async def backfill(

@@ -9,7 +9,7 @@ others (:data:`store.mongo.schema.INDEXES`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from core.labels import Selector
 from core.model import Execution, Page
 from store.mongo.documents import from_document, set_or_unset, to_document
 from store.mongo.operations import NEWEST_RUNS_FIRST, labels_filter, older_than
-from store.mongo.schema import BULK_ACTIONS, EXECUTIONS, ID, JOBS, Document
+from store.mongo.schema import BULK_ACTIONS, EXECUTIONS, ID, JOBS, REPLAYS, Document
 from store.mongo_errors import translated
 from store.pages import Keyset
 
@@ -131,6 +131,21 @@ class MongoRuns:
                 )
             )
         return [str(d[ID]) for d in docs]
+
+    async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
+        ids = list(dict.fromkeys(execution_ids))
+        if not ids:
+            return {}
+        with translated("list replays"):
+            docs = (
+                await self.database[EXECUTIONS]
+                .find({"replayOf": {**REPLAYS["replayOf"], "$in": ids}}, {ID: 1, "replayOf": 1})
+                .to_list()
+            )
+        out: dict[str, list[str]] = {}
+        for doc in sorted(docs, key=lambda d: (str(d["replayOf"]), str(d[ID]))):
+            out.setdefault(str(doc["replayOf"]), []).append(str(doc[ID]))
+        return out
 
     async def create_bulk(self, action: BulkAction, *, audit: AuditEntry | None = None) -> None:
         try:

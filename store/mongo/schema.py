@@ -96,6 +96,8 @@ filters needs MongoDB 6.0)."""
 KEYED = {"idempotencyKey": {"$type": "string"}}
 """Partial filter of ``jobs_owner_idempotency_key``: only jobs created with a key are indexed (and
 unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
+REPLAYS = {"replayOf": {"$type": "string"}}
+"""Partial filter of ``executions_replay_of``: only replays are indexed."""
 IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
 NAMED = {"name": {"$type": "string"}}
 """Partial filter of ``jobs_owner_name`` and ``jobs_name``: only jobs with a name are indexed
@@ -318,6 +320,13 @@ INDEXES: tuple[IndexSpec, ...] = (
             (ID, DESCENDING),
         ),
         "list_runs?taskId=… of every user",
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        "executions_replay_of",
+        (("replayOf", ASCENDING),),
+        "replays_of: the replays of a run (a bulk replay skips a run replayed already)",
+        partial=REPLAYS,
     ),
     IndexSpec(
         BULK_ACTIONS,

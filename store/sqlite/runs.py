@@ -9,7 +9,7 @@ filter fields as columns where a query needs them (status, lease), the record as
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -109,6 +109,20 @@ class SqliteRuns:
             f"SELECT {EXECUTION_COLUMNS} FROM executions", where, params, page, "scheduled_for"
         )
         return page.page(rows, execution_from_row, lambda e: (e.scheduled_for, e.id))
+
+    async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
+        ids = list(dict.fromkeys(execution_ids))
+        out: dict[str, list[str]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = await self._fetch(
+                "SELECT replay_of, id FROM executions "
+                f"WHERE replay_of IN ({', '.join('?' * len(chunk))}) ORDER BY replay_of, id",
+                chunk,
+            )
+            for row in rows:
+                out.setdefault(row["replay_of"], []).append(row["id"])
+        return out
 
     async def create_bulk(self, action: BulkAction, *, audit: AuditEntry | None = None) -> None:
         async with self._transaction() as conn:

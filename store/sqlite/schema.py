@@ -96,10 +96,16 @@ MIGRATIONS = (
     ("executions", "attempts", "BLOB"),
     ("jobs", "task_id", f"TEXT GENERATED ALWAYS AS ({_SPEC_FIELD.format('taskId')}) VIRTUAL"),
     ("jobs", "name", f"TEXT GENERATED ALWAYS AS ({_SPEC_FIELD.format('name')}) VIRTUAL"),
+    (
+        "executions",
+        "replay_of",
+        "TEXT GENERATED ALWAYS AS (json_extract(CAST(extra AS TEXT), '$.replayOf')) VIRTUAL",
+    ),
 )
 """Columns added after a table's first release: (table, column, type), applied on open.
 ``task_id`` and ``name`` are virtual columns over the ``spec`` JSON (always in step with it,
-whatever writes it), there to be indexed."""
+whatever writes it), there to be indexed; so is a run's ``replay_of`` over its ``extra``
+JSON."""
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
     ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -109,9 +115,12 @@ CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name, created_at DESC, id DESC)
 CREATE INDEX IF NOT EXISTS jobs_owner_task_created
     ON jobs (owner, task_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS jobs_task_created ON jobs (task_id, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS executions_replay_of ON executions (replay_of)
+    WHERE replay_of IS NOT NULL;
 """
 """Indexes on migrated columns: a name is unique per owner (``jobs_owner_name``); the name and
-task filters of ``list_jobs``, of one owner's jobs and of everyone's (admins)."""
+task filters of ``list_jobs``, of one owner's jobs and of everyone's (admins); the replays of
+a run (``replays_of``: only replays are indexed)."""
 
 LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_labels (

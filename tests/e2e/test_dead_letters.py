@@ -91,11 +91,11 @@ async def test_replayed_and_backfilled_runs_execute_in_a_dev_process(
             others = [await dead_job(client) for _ in range(3)]
             action = await client.bulk_replay({"taskId": "fail", "error": "on purpose"})
             action = await client.wait_bulk(action.id, timeout_seconds=30)
-            # the first dead letter is still FAILED (its replay is another run): 4 replayed
+            # the first dead letter is still FAILED but has its replay: skipped, 3 replayed
             assert (action.status, action.done, action.skipped, action.failed) == (
                 "SUCCEEDED",
-                4,
-                0,
+                3,
+                1,
                 0,
             )
             for other_job, other_run in others:
@@ -122,6 +122,16 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
         )
         run = await api.replay(job.id, original.id)
         assert run.replay_of == original.id
+        with pytest.raises(ApiError) as twice:
+            await api.replay(job.id, original.id)
+        problem = twice.value.problem
+        assert problem is not None and (twice.value.status, problem.code, problem.replay_id) == (
+            409,
+            "already_replayed",
+            run.id,
+        )
+        forced = await api.replay(job.id, original.id, force=True)
+        assert forced.replay_of == original.id and forced.id != run.id
         await wait_executions(client, job.id, replay_of(original), what="the replay")
         cron = await api.create_job(
             {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 * * * *"}}
@@ -135,7 +145,8 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
         action = await api.bulk_replay({"taskId": "fail"})
         assert (await api.get_bulk(action.id)).id == action.id
         finished = await api.wait_bulk(action.id, timeout_seconds=30)
-        assert (finished.status, finished.done) == ("SUCCEEDED", 1)
+        # the dead letter has replays already: skipped, not run a third time
+        assert (finished.status, finished.done, finished.skipped) == ("SUCCEEDED", 0, 1)
         with pytest.raises(ApiError) as hidden:
             await bob.get_bulk(action.id)
         assert hidden.value.status == 404
@@ -157,6 +168,12 @@ async def test_the_cli_lists_replays_backfills_and_runs_bulk_actions(stack: Stac
     assert original.id in table and "FAILED" in table
     replayed = json.loads((await cli(stack, "replay", job.id, original.id, "-o", "json")).stdout)
     assert replayed["replayOf"] == original.id
+    refused = await cli(stack, "replay", job.id, original.id, code=1)
+    assert "409" in refused.output and replayed["id"] in refused.output
+    forced = json.loads(
+        (await cli(stack, "replay", job.id, original.id, "--force", "-o", "json")).stdout
+    )
+    assert forced["replayOf"] == original.id and forced["id"] != replayed["id"]
     cron = await client.create_job(
         {"taskId": "noop", "schedule": {"type": "cron", "expression": "0 * * * *"}}
     )
@@ -169,9 +186,9 @@ async def test_the_cli_lists_replays_backfills_and_runs_bulk_actions(stack: Stac
     shown = json.loads(
         (await cli(stack, "bulk", "replay", "--task", "fail", "--wait", "-o", "json")).stdout
     )
-    assert (shown["status"], shown["done"]) == ("SUCCEEDED", 1)
+    assert (shown["status"], shown["done"], shown["skipped"]) == ("SUCCEEDED", 0, 1)
     again = (await cli(stack, "bulk", "show", shown["id"])).stdout
-    assert "SUCCEEDED" in again and "1 / 0 / 0" in again
+    assert "SUCCEEDED" in again and "0 / 1 / 0" in again
     await cli(stack, "backfill", cron.id, "--from", "yesterday", "--to", end.isoformat(), code=2)
     await cli(stack, "bulk", "show", "nope", code=1)
 

@@ -221,6 +221,67 @@ async def test_a_replay_is_a_new_queued_run_pointing_to_the_original(gw: Gateway
     )
 
 
+async def fail_run(gw: Gateway, run_id: str, error: str = "boom again") -> Execution:
+    """Fail a recorded run (a replay) as the recorder would."""
+    [run] = await gw.store.get_executions([run_id])
+    at = gw.clock.now()
+    await gw.store.apply_events(
+        [run_event(run, ExecutionStatus.FAILED, attempt=1, at=at, finished_at=at, error=error)]
+    )
+    return run
+
+
+async def test_a_run_replayed_already_is_a_409_naming_its_replay_unless_forced(
+    gw: Gateway,
+) -> None:
+    job = await gw.job()
+    original = await gw.failed(job, 10)
+    path = f"/jobs/{job.id}/executions/{original.id}/replay"
+    status, first, _ = await gw.call("POST", path)
+    assert status == 201, first
+    status, problem, _ = await gw.call("POST", path)
+    assert (status, problem["code"], problem["replayId"]) == (409, "already_replayed", first["id"])
+    assert first["id"] in problem["detail"]
+    status, forced, _ = await gw.call("POST", path, params={"force": "true"})
+    assert status == 201 and forced["replayOf"] == original.id and forced["id"] != first["id"]
+    status, problem, _ = await gw.call("POST", path)
+    assert (status, problem["replayId"]) == (409, max(first["id"], forced["id"]))
+    status, problem, _ = await gw.call("POST", path, params={"force": "yes"})
+    assert (status, fields(problem)) == (422, ["force"])
+    # the replay failed in its turn: a dead letter of its own, replayed as itself
+    await gw.clock.advance(timedelta(minutes=1))
+    await fail_run(gw, first["id"])
+    status, again, _ = await gw.call("POST", f"/jobs/{job.id}/executions/{first['id']}/replay")
+    assert status == 201 and again["replayOf"] == first["id"]
+
+
+async def test_a_second_bulk_replay_skips_what_was_replayed_and_replays_failed_replays(
+    gw: Gateway,
+) -> None:
+    job = await gw.job()
+    originals = [await gw.failed(job, m) for m in (10, 20, 30)]
+    _, action, _ = await gw.call("POST", "/bulk/replay", body={})
+    first = await wait_bulk(gw, action["id"])
+    assert (first["done"], first["skipped"]) == (3, 0)
+    [replayed] = (await gw.store.replays_of([originals[0].id]))[originals[0].id]
+    await gw.clock.advance(timedelta(minutes=1))
+    failed_replay = await fail_run(gw, replayed)
+    late = await gw.failed(job, -0.5)  # failed after the first bulk replay
+    _, action, _ = await gw.call("POST", "/bulk/replay", body={})
+    second = await wait_bulk(gw, action["id"])
+    assert (second["done"], second["skipped"], second["failed"]) == (2, 3, 0)
+    again = await gw.store.replays_of([failed_replay.id, late.id, *(o.id for o in originals)])
+    assert {k: len(v) for k, v in again.items()} == {
+        **{o.id: 1 for o in originals},
+        failed_replay.id: 1,
+        late.id: 1,
+    }
+    await gw.clock.advance(timedelta(minutes=1))
+    _, action, _ = await gw.call("POST", "/bulk/replay", body={})
+    third = await wait_bulk(gw, action["id"])
+    assert (third["done"], third["skipped"]) == (0, 5)
+
+
 async def test_a_user_cannot_replay_another_users_run(gw: Gateway) -> None:
     alice_job, bob_job = await gw.job(), await gw.job("bob")
     original = await gw.failed(alice_job, 10)

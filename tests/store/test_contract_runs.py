@@ -153,6 +153,21 @@ async def test_a_replay_and_a_backfilled_run_keep_their_marks(
     assert got[skipped.id].status == ExecutionStatus.SKIPPED and got[skipped.id].backfill
 
 
+async def test_the_replays_of_a_run_are_found_by_its_id(
+    store: JobStore, jobs: tuple[Job, Job, Job]
+) -> None:
+    a1 = jobs[0]
+    original = await failed_run(store, a1, 1)
+    other = await failed_run(store, a1, 2)
+    first = replay_run(a1, original, at(5), nonce="00000001")
+    second = replay_run(a1, original, at(6), nonce="00000002")
+    of_first = replay_run(a1, first, at(7), nonce="00000003")
+    await store.dispatch([ManualDispatch(r) for r in (second, first, of_first)])
+    got = await store.replays_of([original.id, other.id, first.id, "no-such-run"])
+    assert got == {original.id: [first.id, second.id], first.id: [of_first.id]}
+    assert await store.replays_of([]) == {}
+
+
 # --- bulk actions --------------------------------------------------------------------------
 
 

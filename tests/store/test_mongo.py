@@ -902,6 +902,7 @@ async def _run_queries(store: MongoStore) -> None:
             await store.list_runs(owner, q, limit=1, cursor=None)
             await store.list_runs(owner, q, limit=1, cursor=encode_cursor(1, "z"))
             await store.list_runs(owner, RunQuery(task_id=task_id), limit=1, cursor=None)
+    await store.replays_of(["alice-job:run"])  # the partial filter repeated: served
     action = BulkAction(id="bulk", kind=BulkKind.CANCEL, filter=BulkFilter(statuses=[]),
                         actor="alice", created_at=T0, updated_at=T0, lease_expires_at=T0)  # fmt: skip
     await store.create_bulk(action)
