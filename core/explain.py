@@ -30,6 +30,8 @@ from core.dispatch import due_at, previous_active
 from core.errors import InvalidRequest
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
+    ENDED_JOB_STATUSES,
+    FINISHED_JOB_STATUSES,
     CronSchedule,
     Execution,
     ExecutionStatus,
@@ -295,7 +297,7 @@ def job_state(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
             "(POST /jobs/{id}/resume, `jobsched resume`)",
             pausedSince=_z(job.updated_at),
         )
-    elif job.next_run_at is None and job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+    elif job.next_run_at is None and job.status in ENDED_JOB_STATUSES:
         _, end = _window(job)
         if job.recurring and end is not None:
             return  # ``ended`` says it
@@ -767,7 +769,7 @@ def healthy(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
 
 def unavailable(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
     """The checks that could not be made (NATS did not answer): said, not guessed."""
-    if inp.job.status in (JobStatus.CANCELLED, JobStatus.SUCCEEDED, JobStatus.FAILED):
+    if inp.job.status in FINISHED_JOB_STATUSES:
         return
     checks: list[tuple[str, object]] = [
         ("lease", inp.lease),
@@ -824,5 +826,5 @@ def finished_job(job: Job) -> bool:
     """No run of ``job`` can start again (cancelled, or finished with no run left): the gateway
     then skips the NATS checks."""
     return job.status == JobStatus.CANCELLED or (
-        job.next_run_at is None and job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        job.next_run_at is None and job.status in ENDED_JOB_STATUSES
     )

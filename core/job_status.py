@@ -27,7 +27,7 @@ _LAST_RUN_OUTCOME = {
     ExecutionStatus.SUCCEEDED: JobStatus.SUCCEEDED,
     ExecutionStatus.FAILED: JobStatus.FAILED,
     ExecutionStatus.CANCELLED: JobStatus.CANCELLED,
-    ExecutionStatus.SKIPPED: JobStatus.SUCCEEDED,
+    ExecutionStatus.SKIPPED: JobStatus.SKIPPED,
 }
 
 
@@ -36,7 +36,10 @@ def job_status_after(current: JobStatus, run: ExecutionStatus, *, has_next_run: 
 
     A held job (:data:`HELD_JOB_STATUSES`) keeps its status. Any other is RUNNING while the run
     is in progress; after it, SCHEDULED if the job has a next run, else the outcome of its last
-    run (a SKIPPED last run counts as SUCCEEDED; a QUEUED event leaves it SCHEDULED).
+    run: SUCCEEDED, FAILED, CANCELLED, or SKIPPED when it ended without running (a ``once``
+    job whose run misfired: saying SUCCEEDED would claim a run that never happened, as Quartz's
+    COMPLETE and a Kubernetes CronJob's missed schedule do not). A QUEUED event leaves it
+    SCHEDULED.
     """
     if current in HELD_JOB_STATUSES:
         return current

@@ -43,17 +43,19 @@ class JobStatus(enum.StrEnum):
     """Status of a job, as users see it.
 
     A one-time job (``immediate`` / ``once``) moves SCHEDULED → RUNNING → SUCCEEDED | FAILED and
-    stays there. A recurring job (``cron`` / ``interval``) is SCHEDULED while it waits for its next
-    run and RUNNING while a run is in progress; the outcome of its latest finished run is in
-    ``lastRunStatus``. A recurring job becomes SUCCEEDED or FAILED (its last run's outcome) only
-    when its schedule is exhausted (``endAt`` passed). PAUSED: no run starts until it is resumed.
-    CANCELLED: no further run starts, ever.
+    stays there; SKIPPED: it ended without running (its only run was skipped, e.g. misfired).
+    A recurring job (``cron`` / ``interval``) is SCHEDULED while it waits for its next run and
+    RUNNING while a run is in progress; the outcome of its latest finished run is in
+    ``lastRunStatus``. A recurring job becomes SUCCEEDED, FAILED or SKIPPED (its last run's
+    outcome) only when its schedule is exhausted (``endAt`` passed). PAUSED: no run starts
+    until it is resumed. CANCELLED: no further run starts, ever.
     """
 
     SCHEDULED = "SCHEDULED"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
     PAUSED = "PAUSED"
     CANCELLED = "CANCELLED"
 
@@ -82,7 +84,9 @@ TERMINAL_EXECUTION_STATUSES = frozenset(
 ACTIVE_EXECUTION_STATUSES = frozenset(
     {ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatus.RETRYING}
 )
-FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+ENDED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.SKIPPED})
+"""Statuses of a job whose runs ended it (its last run's outcome, no next run)."""
+FINISHED_JOB_STATUSES = ENDED_JOB_STATUSES | {JobStatus.CANCELLED}
 
 
 class MisfirePolicy(enum.StrEnum):

@@ -37,7 +37,7 @@ DEV_FILE = "dev.json"
 COMMANDS: list[click.Command] = []
 """The commands of this module, in help order (``jobsched.cli`` adds them to its group)."""
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED")
 """The statuses a one-time job ends in."""
 
 

@@ -23,14 +23,15 @@ J = JobStatus
         (E.FAILED, False, J.FAILED),
         (E.CANCELLED, False, J.CANCELLED),
         (E.CANCELLED, True, J.SCHEDULED),
-        (E.SKIPPED, False, J.SUCCEEDED),
+        (E.SKIPPED, False, J.SKIPPED),
+        (E.SKIPPED, True, J.SCHEDULED),
         (E.QUEUED, False, J.SCHEDULED),
     ],
 )
 def test_a_job_follows_its_latest_run(
     run: ExecutionStatus, has_next_run: bool, expected: JobStatus
 ) -> None:
-    for current in (J.SCHEDULED, J.RUNNING, J.SUCCEEDED, J.FAILED):
+    for current in (J.SCHEDULED, J.RUNNING, J.SUCCEEDED, J.FAILED, J.SKIPPED):
         assert job_status_after(current, run, has_next_run=has_next_run) == expected
 
 

@@ -861,7 +861,7 @@ FINAL_STATUS = [
     pytest.param(SUCCEEDED, JobStatus.SUCCEEDED, id="succeeded"),
     pytest.param(ExecutionStatus.FAILED, JobStatus.FAILED, id="failed"),
     pytest.param(ExecutionStatus.CANCELLED, CANCELLED, id="cancelled"),
-    pytest.param(ExecutionStatus.SKIPPED, JobStatus.SUCCEEDED, id="skipped"),
+    pytest.param(ExecutionStatus.SKIPPED, JobStatus.SKIPPED, id="skipped"),
 ]
 
 

@@ -7,7 +7,7 @@ const ACTIONS = [
   { name: "pause", label: "Pause", confirm: "No run starts until it is resumed.", allowed: (s) => s === "SCHEDULED" || s === "RUNNING" },
   { name: "resume", label: "Resume", confirm: "Its schedule continues from now.", allowed: (s) => s === "PAUSED" },
   { name: "trigger", label: "Trigger now", confirm: "One extra run starts now.", allowed: (s) => s !== "CANCELLED" },
-  { name: "cancel", label: "Cancel", confirm: "No run starts again, ever; a running run is cancelled.", allowed: (s) => !["CANCELLED", "SUCCEEDED", "FAILED"].includes(s) },
+  { name: "cancel", label: "Cancel", confirm: "No run starts again, ever; a running run is cancelled.", allowed: (s) => !["CANCELLED", "SUCCEEDED", "FAILED", "SKIPPED"].includes(s) },
   { name: "delete", label: "Delete", confirm: "The job and its run history are deleted (its audit records stay).", allowed: () => true, danger: true },
 ];
 

@@ -3,7 +3,7 @@ import { api, LiveFeed, loadFresh, serialized, TERMINAL, tokenRole } from "./api
 import { badge, h, jobZone, scheduleWords, shortId, when } from "./format.js";
 import { liveState, navigate } from "./shell.js";
 
-const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"];
+const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"];
 const RUN_STATUSES = ["QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"];
 const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId", createdFrom: "startTime", createdTo: "endTime", allUsers: "allUsers" };
 // URL query name → API query name. The URL keeps the dashboard's names so a link reads well.
