@@ -37,7 +37,8 @@ OPEN_STATUSES = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatu
 @dataclass(frozen=True, slots=True)
 class DelaySummary:
     """Schedule-to-start delay (first ``startedAt`` minus ``scheduledFor``, milliseconds) of
-    the runs that started in a window; every field None when none did."""
+    the runs that started in a window, replays and backfilled runs left out; every field None
+    when none did."""
 
     runs: int = 0
     p50_ms: int | None = None
@@ -118,7 +119,8 @@ class MinuteRuns(Model, kw_only=True, omit_defaults=False, frozen=True):
 
 
 class Delay(Model, kw_only=True, omit_defaults=False, frozen=True):
-    """Schedule-to-start delay percentiles (milliseconds, nearest rank)."""
+    """Schedule-to-start delay percentiles (milliseconds, nearest rank), of the runs that are
+    neither replays nor backfilled (their ``scheduledFor`` lies in the past by design)."""
 
     runs: int = 0
     p50_ms: int | None = None

@@ -459,7 +459,9 @@ ROUTES: list[Route] = [
         "get",
         "/stats/overview",
         "The last hour of your runs: per minute by final status, failure rate, "
-        "schedule-to-start delay p50/p95/p99, unfinished runs per queue",
+        "schedule-to-start delay p50/p95/p99 (replays and backfilled runs left out: their "
+        "scheduledFor lies in the past by design; they still count per minute and status), "
+        "unfinished runs per queue",
         200,
         StatsOverview,
         params=[OWNER, ALL_USERS],

@@ -44,8 +44,15 @@ def finished_per_minute(owner: str | None, since: datetime, until: datetime) -> 
 
 
 def start_delay(owner: str | None, since: datetime, until: datetime) -> Pipeline:
-    """One row ``{"runs": n, "p50": ms, "p95": ms, "p99": ms, "max": ms}`` (none: no runs)."""
-    match = {**_who(owner), "startedAt": {"$type": "date", "$gte": since, "$lt": until}}
+    """One row ``{"runs": n, "p50": ms, "p95": ms, "p99": ms, "max": ms}`` (none: no runs).
+    Replays and backfilled runs are left out (their ``scheduledFor`` lies in the past by
+    design); they are filtered on the fetched documents of the window's started runs."""
+    match = {
+        **_who(owner),
+        "startedAt": {"$type": "date", "$gte": since, "$lt": until},
+        "replayOf": None,
+        "backfill": {"$ne": True},
+    }
     return [
         {"$match": match},
         {"$project": {"d": {"$subtract": ["$startedAt", "$scheduledFor"]}}},

@@ -193,6 +193,7 @@ def execution_row(e: Execution) -> tuple[Any, ...]:
             )
         ),
         _encoder.encode(e.attempts) if e.attempts else None,
+        int(e.backfill or e.replay_of is not None),
     )
 
 
@@ -224,6 +225,7 @@ def event_row(ev: StatusEvent) -> tuple[Any, ...]:
         if ev.status == ExecutionStatus.SKIPPED and ev.error is not None
         else _NO_EXTRA,
         None,
+        0,
     )
 
 

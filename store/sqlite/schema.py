@@ -101,11 +101,19 @@ MIGRATIONS = (
         "replay_of",
         "TEXT GENERATED ALWAYS AS (json_extract(CAST(extra AS TEXT), '$.replayOf')) VIRTUAL",
     ),
+    ("executions", "catch_up", "INTEGER NOT NULL DEFAULT 0"),
 )
 """Columns added after a table's first release: (table, column, type), applied on open.
 ``task_id`` and ``name`` are virtual columns over the ``spec`` JSON (always in step with it,
 whatever writes it), there to be indexed; so is a run's ``replay_of`` over its ``extra``
-JSON."""
+JSON. ``catch_up`` is 1 for a replay or a backfilled run (its ``scheduledFor`` lies in the past
+by design: left out of the schedule-to-start delay), written with the run; a plain column, so
+that the delay's partial index covers its query (a virtual column's would not)."""
+MIGRATION_FILLS = {
+    ("executions", "catch_up"): "UPDATE executions SET catch_up = 1 WHERE replay_of IS NOT NULL "
+    "OR json_extract(CAST(extra AS TEXT), '$.backfill') IS 1",
+}
+"""What fills a migrated column from the rows it is added to (run once, when it is added)."""
 INDEXES_AFTER_MIGRATIONS = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_owner_idempotency_key
     ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -204,7 +212,7 @@ JOB_INSERT = (
 EXECUTION_COLUMNS = (
     "id, job_id, owner, partition, task_id, queue, status, state_rank, attempt, max_attempts, "
     "scheduled_for, created_at, updated_at, published_at, started_at, finished_at, "
-    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts"
+    "next_attempt_at, worker_id, error, result, dispatched_by, extra, attempts, catch_up"
 )
 N_EXECUTION_COLUMNS = EXECUTION_COLUMNS.count(",") + 1
 EXECUTION_INSERT = (

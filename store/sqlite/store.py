@@ -81,6 +81,7 @@ from store.sqlite.schema import (
     LABELS_DELETE,
     LABELS_JOIN,
     LABELS_SCHEMA,
+    MIGRATION_FILLS,
     MIGRATIONS,
     SCHEMA,
     TENANCY_SCHEMA,
@@ -152,6 +153,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             info = await conn.execute_fetchall(f"PRAGMA table_xinfo({table})")  # generated too
             if column not in {r[1] for r in info}:
                 await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                fill = MIGRATION_FILLS.get((table, column))
+                if fill is not None:
+                    await conn.execute(fill)
         await conn.executescript(INDEXES_AFTER_MIGRATIONS)
         had_labels = await conn.execute_fetchall(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_labels'"

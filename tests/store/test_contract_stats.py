@@ -85,12 +85,22 @@ async def test_start_delay_percentiles_are_nearest_rank(store: JobStore) -> None
     ]  # fmt: skip
     bob = run(1, S.SUCCEEDED, owner="bob", scheduled=at(5), started=at(50), finished=at(51))
     late = run(200, S.SUCCEEDED, scheduled=at(-30), started=at(-20), finished=at(1))
-    await insert(store, *runs, bob, late)
+    # a replay and a backfilled run start long after their scheduledFor, by design: not a delay
+    replay = msgspec.structs.replace(
+        run(300, S.SUCCEEDED, scheduled=at(-600), started=at(7), finished=at(8)),
+        replay_of="job-alice-1:x",
+    )
+    backfilled = msgspec.structs.replace(
+        run(301, S.SUCCEEDED, scheduled=at(-900), started=at(7), finished=at(8)), backfill=True
+    )
+    await insert(store, *runs, bob, late, replay, backfilled)
     delay = (await stats_of(store).run_stats("alice", at(0), at(60))).delay
     assert (delay.runs, delay.p50_ms, delay.p95_ms, delay.p99_ms, delay.max_ms) == (
         100, 50, 95, 99, 100
     )  # fmt: skip
     assert (await stats_of(store).run_stats(None, at(0), at(60))).delay.runs == 101
+    finished = (await stats_of(store).run_stats("alice", at(0), at(60))).finished
+    assert sum(n for _, _, n in finished) == 103  # still counted as runs
     nobody = (await stats_of(store).run_stats("carol", at(0), at(60))).delay
     assert (nobody.runs, nobody.p50_ms, nobody.max_ms) == (0, None, None)
 
