@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import nats.errors
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bus.nats import Bus, translated
@@ -57,26 +56,13 @@ class CancelMarkers:
                 a scheduler's (one creates it at start-up).
         """
         if self._kv is None:
-            with translated(f"open cancel bucket {self.name}"):
-                try:
-                    self._kv = await self.bus.js.key_value(self.name)
-                except nats.js.errors.BucketNotFoundError:
-                    if not self.create:
-                        raise BusUnavailable(
-                            f"cancel bucket {self.name} does not exist yet (a scheduler "
-                            "creates it at start-up)"
-                        ) from None
-            if self._kv is None:
-                with translated(f"create cancel bucket {self.name}"):
-                    self._kv = await self.bus.js.create_key_value(
-                        KeyValueConfig(
-                            bucket=self.name,
-                            history=1,
-                            ttl=MARKER_TTL_SECONDS,
-                            storage=StorageType.FILE,
-                            replicas=self.replicas,
-                        )
-                    )
+            self._kv = await self.bus.key_value(
+                self.name,
+                what="cancel bucket",
+                ttl_seconds=MARKER_TTL_SECONDS,
+                replicas=self.replicas,
+                create=self.create,
+            )
         return self._kv
 
     async def cancel_job(self, job_id: str) -> None:

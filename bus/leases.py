@@ -21,7 +21,6 @@ import logging
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bus.nats import Bus, translated
@@ -66,17 +65,16 @@ class LeaseBucket:
         self._kv: KeyValue | None = None
 
     async def open(self) -> None:
-        """Create the bucket if missing (idempotent)."""
-        with translated(f"create lease bucket {self.name}"):
-            self._kv = await self.bus.js.create_key_value(
-                KeyValueConfig(
-                    bucket=self.name,
-                    history=1,
-                    ttl=self.ttl_seconds,
-                    storage=StorageType.FILE,
-                    replicas=self.replicas,
-                )
-            )
+        """Create the bucket if missing (idempotent; its ``max_age`` is the lease TTL, so a
+        bucket of another TTL is an error rather than bound)."""
+        self._kv = await self.bus.key_value(
+            self.name,
+            what="lease bucket",
+            ttl_seconds=self.ttl_seconds,
+            replicas=self.replicas,
+            create=True,
+            bind_first=False,
+        )
 
     @property
     def kv(self) -> KeyValue:

@@ -55,10 +55,12 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
 )
+from nats.js.kv import KeyValue
 
 from bus.tls import verifying_context, wants_tls
 from core.errors import BusUnavailable, ConsumerMissing
@@ -601,6 +603,47 @@ class Bus:
     @property
     def is_connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
+
+    async def key_value(
+        self,
+        name: str,
+        *,
+        what: str,
+        ttl_seconds: float,
+        replicas: int,
+        create: bool,
+        bind_first: bool = True,
+    ) -> KeyValue:
+        """The key-value bucket ``name`` (``what`` names it in errors: ``"slot bucket"``):
+        bound if it exists; else, when ``create``, created with history 1, file storage,
+        ``max_age`` ``ttl_seconds`` (seconds) and ``replicas``. ``bind_first=False`` creates
+        straight away (idempotent for the same settings; a bucket of other settings is an
+        error), for a bucket whose ``max_age`` is a protocol value (the lease TTL), not a
+        clean-up horizon.
+
+        Raises:
+            BusUnavailable: NATS did not answer; or the bucket does not exist and this role
+                may not create it (a scheduler creates it at start-up, :mod:`bus.auth`).
+        """
+        if bind_first or not create:
+            with translated(f"open {what} {name}"):
+                try:
+                    return await self.js.key_value(name)
+                except nats.js.errors.BucketNotFoundError:
+                    if not create:
+                        raise BusUnavailable(
+                            f"{what} {name} does not exist yet (a scheduler creates it at start-up)"
+                        ) from None
+        with translated(f"create {what} {name}"):
+            return await self.js.create_key_value(
+                KeyValueConfig(
+                    bucket=name,
+                    history=1,
+                    ttl=ttl_seconds,
+                    storage=StorageType.FILE,
+                    replicas=replicas,
+                )
+            )
 
     @property
     def cluster_name(self) -> str | None:

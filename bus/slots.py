@@ -24,7 +24,6 @@ import logging
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bus.nats import Bus, translated
@@ -93,27 +92,14 @@ class SlotBucket:
         Raises:
             BusUnavailable: NATS did not answer, or the bucket does not exist yet.
         """
-        if self._kv is not None:
-            return self._kv
-        with translated(f"open slot bucket {self.name}"):
-            try:
-                self._kv = await self.bus.js.key_value(self.name)
-            except nats.js.errors.BucketNotFoundError:
-                if not self.create:
-                    raise BusUnavailable(
-                        f"slot bucket {self.name} does not exist yet (a scheduler creates it)"
-                    ) from None
         if self._kv is None:
-            with translated(f"create slot bucket {self.name}"):
-                self._kv = await self.bus.js.create_key_value(
-                    KeyValueConfig(
-                        bucket=self.name,
-                        history=1,
-                        ttl=SLOT_BUCKET_TTL_SECONDS,
-                        storage=StorageType.FILE,
-                        replicas=self.replicas,
-                    )
-                )
+            self._kv = await self.bus.key_value(
+                self.name,
+                what="slot bucket",
+                ttl_seconds=SLOT_BUCKET_TTL_SECONDS,
+                replicas=self.replicas,
+                create=self.create,
+            )
         return self._kv
 
     async def read(self, owner: str, key: str) -> SlotState | None:
