@@ -23,6 +23,7 @@ same for ``big``, and the load average of the machine (shared) before and after.
 
     .venv/bin/python -m bench.fairness                 # ~2.5 min
     .venv/bin/python -m bench.fairness --duration 10 --small-rate 1
+    .venv/bin/python -m bench.fairness --repeat 5      # each round printed, then the medians
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -138,61 +140,116 @@ async def scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def main(args: argparse.Namespace) -> int:
-    results = [await scenario(name, args) for name in args.scenarios]
-    rows = []
-    for r in results:
-        s, b = r["small"], r["big"]
-        rows.append(
-            [
-                r["scenario"],
-                f"{r['small_runs']} / {r['big_runs']}",
-                fmt_seconds(s.p50),
-                fmt_seconds(s.p99),
-                fmt_seconds(s.max),
-                f"{fmt_seconds(r['small_publish'].p99)} + {fmt_seconds(r['small_pickup'].p99)}",
-                "-" if b is None else fmt_seconds(b.p50),
-                "-" if b is None else fmt_seconds(b.p99),
-                " ".join(fmt_num(x, 2) for x in r["load_before"]),
-                " ".join(fmt_num(x, 2) for x in r["load_after"]),
-            ]
-        )
-    print(
-        table(
-            [
-                "scenario",
-                "runs small/big",
-                "small p50",
-                "small p99",
-                "small max",
-                "small p99: due->published + published->started",
-                "big p50",
-                "big p99",
-                "load before (1/5/15 min)",
-                "load after",
-            ],
-            rows,
-        )
-    )
+HEADER = [
+    "scenario",
+    "runs small/big",
+    "small p50",
+    "small p99",
+    "small max",
+    "small p99: due->published + published->started",
+    "big p50",
+    "big p99",
+    "load before (1/5/15 min)",
+    "load after",
+]
+
+
+def row(r: dict[str, Any]) -> list[str]:
+    s, b = r["small"], r["big"]
+    return [
+        r["scenario"],
+        f"{r['small_runs']} / {r['big_runs']}",
+        fmt_seconds(s.p50),
+        fmt_seconds(s.p99),
+        fmt_seconds(s.max),
+        f"{fmt_seconds(r['small_publish'].p99)} + {fmt_seconds(r['small_pickup'].p99)}",
+        "-" if b is None else fmt_seconds(b.p50),
+        "-" if b is None else fmt_seconds(b.p99),
+        " ".join(fmt_num(x, 2) for x in r["load_before"]),
+        " ".join(fmt_num(x, 2) for x in r["load_after"]),
+    ]
+
+
+def ratio_of(results: list[dict[str, Any]]) -> float | None:
+    """``small``'s p99 together / alone in one round (None without both scenarios)."""
     by = {r["scenario"]: r for r in results}
-    if "alone" in by and "together" in by:
-        alone, together = by["alone"]["small"].p99, by["together"]["small"].p99
-        ratio = together / alone if alone > 0 else float("inf")
-        verdict = "meets" if ratio <= 2 else "misses"
-        print(f"small p99 together / alone = {ratio:.2f} ({verdict} the target of <= 2)")
+    if "alone" not in by or "together" not in by:
+        return None
+    alone, together = by["alone"]["small"].p99, by["together"]["small"].p99
+    return together / alone if alone > 0 else float("inf")
+
+
+def median_row(name: str, rounds: list[dict[str, Any]]) -> list[str]:
+    """The medians over rounds of one scenario's figures (the load columns: the last round's)."""
+
+    def med(get: Any) -> float:
+        return statistics.median(get(r) for r in rounds)
+
+    big = [r for r in rounds if r["big"] is not None]
+    return [
+        f"{name} (median of {len(rounds)})",
+        f"{rounds[0]['small_runs']} / {rounds[0]['big_runs']}",
+        fmt_seconds(med(lambda r: r["small"].p50)),
+        fmt_seconds(med(lambda r: r["small"].p99)),
+        fmt_seconds(med(lambda r: r["small"].max)),
+        f"{fmt_seconds(med(lambda r: r['small_publish'].p99))} + "
+        f"{fmt_seconds(med(lambda r: r['small_pickup'].p99))}",
+        "-" if not big else fmt_seconds(statistics.median(r["big"].p50 for r in big)),
+        "-" if not big else fmt_seconds(statistics.median(r["big"].p99 for r in big)),
+        " ".join(fmt_num(x, 2) for x in rounds[0]["load_before"]),
+        " ".join(fmt_num(x, 2) for x in rounds[-1]["load_after"]),
+    ]
+
+
+async def main(args: argparse.Namespace) -> int:
+    rounds: list[list[dict[str, Any]]] = []
+    for n in range(args.repeat):
+        results = [await scenario(name, args) for name in args.scenarios]
+        rounds.append(results)
+        if args.repeat > 1:
+            print(f"round {n + 1} of {args.repeat}")
+        print(table(HEADER, [row(r) for r in results]))
+        ratio = ratio_of(results)
+        if ratio is not None:
+            verdict = "meets" if ratio <= 2 else "misses"
+            print(f"small p99 together / alone = {ratio:.2f} ({verdict} the target of <= 2)")
+    ratios = [x for x in (ratio_of(r) for r in rounds) if x is not None]
+    if args.repeat > 1:
+        print(f"medians of {args.repeat} rounds")
+        print(
+            table(
+                HEADER,
+                [
+                    median_row(name, [r for rs in rounds for r in rs if r["scenario"] == name])
+                    for name in args.scenarios
+                ],
+            )
+        )
+        if ratios:
+            med = statistics.median(ratios)
+            met = sum(x <= 2 for x in ratios)
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            print(
+                f"small p99 together / alone: median {med:.2f} ({each}); "
+                f"{met} of {len(ratios)} rounds meet the target of <= 2"
+            )
     if not args.no_save:
         payload = {
             "machine": machine_info(),
             "args": vars(args),
-            "results": [
-                {
-                    **r,
-                    "small": r["small"].as_dict(),
-                    "small_publish": r["small_publish"].as_dict(),
-                    "small_pickup": r["small_pickup"].as_dict(),
-                    "big": None if r["big"] is None else r["big"].as_dict(),
-                }
-                for r in results
+            "ratios": ratios,
+            "rounds": [
+                [
+                    {
+                        **r,
+                        "small": r["small"].as_dict(),
+                        "small_publish": r["small_publish"].as_dict(),
+                        "small_pickup": r["small_pickup"].as_dict(),
+                        "big": None if r["big"] is None else r["big"].as_dict(),
+                    }
+                    for r in results
+                ]
+                for results in rounds
             ],
         }
         print(f"results: {save_results('fairness', payload, args.json)}", file=sys.stderr)
@@ -221,8 +278,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=list(SCENARIOS),
         help=f"comma-separated, of {', '.join(SCENARIOS)}",
     )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every scenario (each printed; then the medians and every ratio)",
+    )
     add_common_args(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    return args
 
 
 if __name__ == "__main__":

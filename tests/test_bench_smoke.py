@@ -61,8 +61,9 @@ CASES = [
         [
             *("--duration", "1", "--small-rate", "2", "--lead-seconds", "1"),
             *("--drain-seconds", "20", "--layout", "one", "--scenarios", "alone,together"),
+            *("--repeat", "2"),
         ],
-        "small p99",
+        "small p99 together / alone: median",
     ),
 ]
 
