@@ -10,6 +10,8 @@ operation     request body                                            reply
 ``list``      ``{"status", "lastRunStatus", "startTime", "endTime", "taskId",   a page of jobs
               "name", "labels", "limit", "cursor", "owner", "allUsers"}``
               (all optional; ``labels`` a label selector, as ``GET /jobs``)
+``patch``     ``{"id": …}`` and the fields of ``PATCH /jobs/{id}``     the job
+              (schedule, parameters, notify, concurrencyKey, …)
 ``cancel``    ``{"id": …}``                                           the job
 ``pause``     ``{"id": …}``                                           the job
 ``resume``    ``{"id": …}``                                           the job
@@ -60,7 +62,7 @@ from core.errors import (
     Unavailable,
 )
 from core.labels import parse_selector
-from core.model import ExecutionStatus, JobCreate, JobStatus, Problem, ProblemField
+from core.model import ExecutionStatus, JobCreate, JobPatch, JobStatus, Problem, ProblemField
 from core.notifications import NotificationDefaultIn
 from core.ports import JobQuery, Reply, ServiceHandler, ServiceHost, ServiceSpec
 from core.tasks import validation_field_error
@@ -85,6 +87,12 @@ SPEC = ServiceSpec(
 
 
 class JobRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str
+
+
+class PatchRequest(JobPatch, kw_only=True, frozen=True):
+    """``patch``: the job's id beside the fields of ``PATCH /jobs/{id}``."""
+
     id: str
 
 
@@ -115,6 +123,7 @@ class AuditRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
 _encoder = msgspec.json.Encoder()
 _create = msgspec.json.Decoder(JobCreate)
 _ref = msgspec.json.Decoder(JobRef)
+_patch = msgspec.json.Decoder(PatchRequest)
 _list = msgspec.json.Decoder(ListRequest)
 _audit = msgspec.json.Decoder(AuditRequest)
 
@@ -192,6 +201,13 @@ def _on_ref(method: Callable[[JobService, Principal, str], Awaitable[Any]]) -> O
     return op
 
 
+async def _op_patch(svc: JobService, user: Principal, data: bytes, headers: dict[str, str]) -> Any:
+    req: PatchRequest = _decode(_patch, data)
+    fields = msgspec.structs.asdict(req)
+    del fields["id"]
+    return await svc.patch(user, req.id, JobPatch(**fields))
+
+
 async def _op_get(svc: JobService, user: Principal, job_id: str) -> Any:
     return await svc.get(user, job_id)
 
@@ -230,6 +246,7 @@ OPERATIONS: dict[str, Operation] = {
     "create": _op_create,
     "get": _on_ref(_op_get),
     "list": _op_list,
+    "patch": _op_patch,
     "cancel": _on_ref(JobService.cancel),
     "pause": _on_ref(JobService.pause),
     "resume": _on_ref(JobService.resume),

@@ -590,6 +590,10 @@ class NatsJobschedClient(NatsRunsApi):
         labels (a label selector), idempotencyKey, limit, cursor, owner, allUsers."""
         return _jobs_decoder.decode(await self._call("list", filters))
 
+    async def patch_job(self, job_id: str, patch: dict[str, Any]) -> Job:
+        """As :meth:`JobschedClient.patch_job` (``PATCH /jobs/{id}``), over NATS."""
+        return _job_decoder.decode(await self._call("patch", {**patch, "id": job_id}))
+
     async def cancel_job(self, job_id: str) -> Job:
         return _job_decoder.decode(await self._call("cancel", {"id": job_id}))
 

@@ -214,6 +214,15 @@ async def test_the_nats_api_takes_the_same_fields(stack: Stack) -> None:
                 {"taskId": "sleep", "parameters": {"seconds": 0}, "maxConcurrent": 3}
             )
         assert (e.value.status, problem_fields(e.value)) == (422, ["maxConcurrent"])
+        patched = await api.patch_job(job.id, {"maxConcurrent": 1})
+        assert (patched.concurrency_key, patched.max_concurrent) == ("k", 1)
+        with pytest.raises(ApiError) as bad:
+            await api.patch_job(job.id, {"concurrencyKey": "{nope}"})
+        assert (bad.value.status, problem_fields(bad.value)) == (422, ["concurrencyKey"])
+        async with nats_client(stack, "bob") as bob:
+            with pytest.raises(ApiError) as other:
+                await bob.patch_job(job.id, {"maxConcurrent": 2})
+            assert other.value.status == 404
 
 
 async def test_explain_says_a_run_waits_on_a_key_held_by_another_run(

@@ -242,8 +242,12 @@ async def test_a_secret_is_never_shown_by_the_api(stack: Stack) -> None:
     audit = await client._request("GET", f"/jobs/{job.id}/audit")  # old and new values
     async with nats_client(stack) as over_nats:
         nats_job = await over_nats.get_job(job.id)
+        nats_patched = await over_nats.patch_job(
+            job.id, {"notify": {"url": "https://hooks.example/y", "on": ["failure", "success"]}}
+        )
+    assert nats_patched.notify is not None and nats_patched.notify.on == ["failure", "success"]
 
-    for shown in (job, patched, nats_job):
+    for shown in (job, patched, nats_job, nats_patched):
         assert shown.notify is not None and shown.notify.has_secret and shown.notify.secret is None
     assert patched.notify is not None and patched.notify.url == "https://hooks.example/y"
     for raw in answers:
