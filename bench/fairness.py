@@ -34,6 +34,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -182,7 +183,7 @@ def ratio_of(results: list[dict[str, Any]]) -> float | None:
 def median_row(name: str, rounds: list[dict[str, Any]]) -> list[str]:
     """The medians over rounds of one scenario's figures (the load columns: the last round's)."""
 
-    def med(get: Any) -> float:
+    def med(get: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(get(r) for r in rounds)
 
     big = [r for r in rounds if r["big"] is not None]
