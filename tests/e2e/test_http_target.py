@@ -14,6 +14,8 @@ from aiohttp.test_utils import TestServer
 
 from jobsched.client import ApiError
 from tests.conftest import SettingsFactory
+from tests.e2e.test_cli_jobs import cli, cli_json
+from tests.e2e.test_nats_api import nats_client
 from tests.support import Stack, executions, start_stack, wait_job
 
 SECRET = "tok-3f9a1c"
@@ -141,3 +143,25 @@ async def test_bad_parameters_are_a_422_naming_the_field(http_stack: Stack) -> N
         with pytest.raises(ApiError) as e:
             await client.create_job({"taskId": "http", "parameters": parameters})
         assert e.value.status == 422 and field in str(e.value), e.value
+
+
+async def test_the_cli_and_the_nats_api_create_http_jobs_that_reach_their_target(
+    http_stack: Stack,
+) -> None:
+    client = http_stack.client()
+    async with Receiver("127.0.0.2") as target, nats_client(http_stack) as api:
+        parameters = json.dumps({"url": target.url(), "json": {"via": "cli"}, "method": "POST"})
+        made = await cli_json(http_stack, "submit", "http", "--params-json", parameters)
+        over_nats = await api.create_job(
+            {"taskId": "http", "parameters": {"url": target.url(), "method": "GET"}}
+        )
+        for job_id in (made["id"], over_nats.id):
+            await wait_job(client, job_id, {"SUCCEEDED", "FAILED"})
+            [run] = await executions(client, job_id)
+            assert run.status == "SUCCEEDED" and run.result is not None, run.error
+        with pytest.raises(ApiError) as e:
+            await api.create_job({"taskId": "http", "parameters": {"url": "file:///etc/passwd"}})
+        assert e.value.status == 422 and "parameters.url" in str(e.value)
+    bad = await cli(http_stack, "submit", "http", "--params-json", '{"url": "ftp://x/"}', code=1)
+    assert "422" in bad.output and "parameters.url" in bad.output
+    assert sorted(m for m, _, _ in target.requests) == ["GET", "POST"]
