@@ -15,7 +15,7 @@ reservation: with a cap, one user alone cannot use the whole worker).
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -69,3 +69,20 @@ class FairQueue(Generic[T]):
         self._queues.clear()
         self._size = 0
         return items
+
+
+def round_robin(items: Iterable[T], owner: Callable[[T], str]) -> list[T]:
+    """``items`` in turns across their owners (the first item's owner first), each owner's in
+    their given order: ``a1 a2 a3 b1`` → ``a1 b1 a2 a3``. The scheduler publishes the runs due
+    in one wake-up in this order, so a burst of one user's runs due at once cannot put another
+    user's run behind all of them in the shared work stream (and so beyond the workers'
+    look-ahead)."""
+    queue: FairQueue[T] = FairQueue()
+    for item in items:
+        queue.push(owner(item), item)
+    out: list[T] = []
+    while queue:
+        turn = queue.pop()
+        assert turn is not None
+        out.append(turn)
+    return out

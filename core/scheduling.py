@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from core.dispatch import JobPlan, due_at, plan_job, previous_active
+from core.fairness import round_robin
 from core.heap import FireHeap, TimedQueue
 from core.ids import execution_id
 from core.model import (
@@ -52,6 +53,10 @@ MAX_UNPUBLISHED = 100_000
 
 MAX_REMEMBERED = 10_000
 """Most jobs refused by the store, and most owners over quota, remembered for the log."""
+
+
+def _owner(message: RunMessage) -> str:
+    return message.owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,8 +456,10 @@ class Scheduling:
         return bool(self.prepared) or bool(self.unpublished)
 
     def due_runs(self, now: datetime) -> list[RunMessage]:
-        """Remove and return the prepared runs due at ``now``, earliest first."""
-        return self.prepared.pop_due(now)
+        """Remove and return the prepared runs due at ``now``: their owners in turns, each
+        owner's earliest first (:func:`core.fairness.round_robin`: a burst of one user's runs
+        due together is not published ahead of every run of the others)."""
+        return round_robin(self.prepared.pop_due(now), _owner)
 
     def published(
         self, messages: Sequence[RunMessage], errors: Sequence[Exception | None]

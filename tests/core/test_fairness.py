@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.fairness import FairQueue
+from core.fairness import FairQueue, round_robin
 
 
 def test_a_backlog_takes_turns_with_a_small_user() -> None:
@@ -44,3 +44,9 @@ def test_an_owner_at_its_cap_keeps_its_turn() -> None:
     assert q.pop(lambda owner: owner != "big") == "s0"
     assert q.pop(lambda owner: owner != "big") is None
     assert q.pop() == "b0"
+
+
+def test_round_robin_takes_owners_in_turns_keeping_each_owners_order() -> None:
+    items = ["a1", "a2", "a3", "b1", "a4", "c1", "b2"]
+    assert round_robin(items, lambda x: x[0]) == ["a1", "b1", "c1", "a2", "b2", "a3", "a4"]
+    assert round_robin([], lambda x: x) == []

@@ -190,6 +190,19 @@ def test_a_job_whose_next_occurrence_is_past_the_window_leaves_the_heap() -> Non
         assert s.heap.peek() == expected
 
 
+def test_runs_due_together_are_published_in_turns_across_owners() -> None:
+    s = state(prepare_ahead_seconds=2.0, scan_interval_seconds=60.0)
+    jobs = [job(f"big-{i}", 10, owner="big") for i in range(4)] + [job("small", 10, owner="small")]
+    scanned(s, jobs)
+    due = s.due(at(9))
+    record(s, dispatch(s, [j for j in jobs if j.id in due], at(9)), at(9))
+    published = s.due_runs(at(10))
+    owners = [m.owner for m in published]
+    assert owners[:2] in (["big", "small"], ["small", "big"]) and owners.count("big") == 4
+    bigs = [m.job_id for m in published if m.owner == "big"]
+    assert bigs == sorted(bigs)  # one owner's runs keep their order
+
+
 # --- prepare-ahead ---------------------------------------------------------------------------------
 
 
