@@ -650,7 +650,9 @@ def patch(job_id: str, output: str, url: str | None, token: str | None, **option
 
 @_command(name="list")
 @click.option(
-    "--status", default=None, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, PAUSED or CANCELLED."
+    "--status",
+    default=None,
+    help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, SKIPPED, PAUSED or CANCELLED.",
 )
 @click.option(
     "--last-run-status", default=None, help="e.g. FAILED: recurring jobs whose latest run failed."
