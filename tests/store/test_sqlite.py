@@ -36,6 +36,7 @@ from core.model import (
 from core.ports import Dispatch, DispatchOutcome, JobQuery
 from store.sqlite import MIGRATIONS, SqliteStore
 from store.sqlite.schema import LABELS_JOIN
+from tests.store.test_contract import make_execution
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 BUSY_TIMEOUT_SECONDS = 0.2
@@ -263,6 +264,31 @@ async def test_an_open_that_failed_while_migrating_can_be_retried(db: Path) -> N
         assert (await s.get_job("alice", "job-1")).id == "job-1"
     finally:
         await s.close()
+
+
+async def test_a_file_of_before_catch_up_marks_its_replays_and_backfills_on_open(db: Path) -> None:
+    first = SqliteStore(db)
+    await first.open()
+    job = make_job()
+    await first.create_job(job)
+    plain = make_execution(job, T0)
+    replay = msgspec.structs.replace(make_execution(job, T0 + timedelta(minutes=1)), replay_of="x")
+    filled = msgspec.structs.replace(make_execution(job, T0 + timedelta(minutes=2)), backfill=True)
+    for run in (plain, replay, filled):
+        assert await first.insert_execution(run)
+    await first.close()
+    conn = sqlite3.connect(db, isolation_level=None)  # the file of an older release
+    conn.execute("DROP INDEX executions_stats_owner_started_on_time")
+    conn.execute("DROP INDEX executions_stats_started_on_time")
+    conn.execute("ALTER TABLE executions DROP COLUMN catch_up")
+    conn.close()
+    again = SqliteStore(db)
+    await again.open()
+    await again.close()
+    conn = sqlite3.connect(db)
+    marked = dict(conn.execute("SELECT id, catch_up FROM executions").fetchall())
+    conn.close()
+    assert marked == {plain.id: 0, replay.id: 1, filled.id: 1}
 
 
 async def test_a_failed_open_leaks_no_connection(
