@@ -4,14 +4,17 @@
 * steady — ``--rate`` (500) jobs/s due for ``--duration`` (10) s, once jobs spread evenly and
   all submitted before the first is due: schedule-to-start p50/p99/max;
 
-medians of ``--runs`` (3) runs, each on a fresh deployment. The peers (``--peers``, all by
-default; ``none`` for jobsched alone): APScheduler 4 in memory and on SQLite, Celery + Redis
-(ETA), arq, taskiq + taskiq-nats (:mod:`bench.peer_systems`), each with a private redis-server or
-nats-server on a free port; their versions and configuration are printed first. A peer whose
-library (the ``peers`` extra) or redis-server is missing is skipped with the reason. jobsched
-runs in layout ``--layout`` (``one``: every role in one process) and is measured from its store.
+medians of ``--runs`` (3) runs, each on a fresh deployment. First the raw-NATS baseline
+(:func:`bench.baseline.measure_raw_nats`, ``--no-baseline`` to leave it out), then the peers
+(``--peers``, all by default; ``none`` for jobsched alone): APScheduler 4 in memory and on
+SQLite, Celery + Redis (ETA), arq, taskiq + taskiq-nats (:mod:`bench.peer_systems`), each with a
+private redis-server or nats-server on a free port; their versions and configuration are printed
+first. A peer whose library (the ``peers`` extra) or redis-server is missing is skipped with the
+reason. Then jobsched in each layout of ``--layout`` (``split,one``), measured from its store.
+At the issue's sizes jobsched's rows get issue 14's targets, two of them relative to the peers
+of this run (split burst vs APScheduler in memory, one-process steady p99 vs Celery).
 
-    .venv/bin/python -m bench.peers [--runs 3] [--layout one|split] [--peers celery,arq]
+    .venv/bin/python -m bench.peers [--runs 3] [--layout split,one] [--peers celery,arq]
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import targets
 from bench.burst import run_burst
-from bench.common import Layout, Summary, fmt_seconds, save_results, table, verdict
+from bench.common import Layout, Summary, fmt_seconds, machine_info, save_results, table, verdict
 from bench.peer_systems import PEERS, Peer
 from bench.sustained import parse_common, run_one
 
-TARGET_BURST_SECONDS = 1.0
-TARGET_STEADY_P99_SECONDS = 0.005
+BASELINE_PEER = {"burst": "apscheduler-memory", "steady": "celery"}
+"""The peer whose figure in the same run is the target of jobsched's burst (split) and steady
+p99 (one process)."""
 WARMUP_DUE = -1.0
 """The due time the warm-up job carries, so its record is told apart."""
 
@@ -140,7 +145,8 @@ async def measure_peer(cls: type[Peer], args: argparse.Namespace) -> dict[str, A
     if why:
         print(f"\n{peer.name}: SKIPPED — {why}")
         return None
-    print(f"\n{peer.name}: {peer.versions()}\n  {peer.config()}")
+    print(f"\n{peer.name}: {peer.versions()}\n  {peer.config()}", flush=True)
+    started = time.monotonic()
     burst, steady = workloads(args)
     bursts, steadies = [], []
     for i in range(args.runs if "burst" in args.workloads else 0):
@@ -149,7 +155,12 @@ async def measure_peer(cls: type[Peer], args: argparse.Namespace) -> dict[str, A
     for i in range(args.runs if "steady" in args.workloads else 0):
         print(f"== {peer.name}: steady run {i + 1}/{args.runs}", file=sys.stderr)
         steadies.append(await run_peer(cls, steady, args))
-    return summarize(peer.name, peer.durable, bursts, steadies, peer.versions(), peer.config())
+    r = summarize(peer.name, peer.durable, bursts, steadies, peer.versions(), peer.config())
+    return {"key": key_of(cls), "wall_seconds": time.monotonic() - started, **r}
+
+
+def key_of(cls: type[Peer]) -> str:
+    return next(k for k, c in PEERS.items() if c is cls)
 
 
 def median(xs: Sequence[float]) -> float:
@@ -187,8 +198,9 @@ def summarize(
     }
 
 
-async def measure_jobsched(args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout.parse(args.layout)
+async def measure_jobsched(layout_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    layout = Layout.parse(layout_name)
+    started = time.monotonic()
     bursts, steadies = [], []
     for i in range(args.runs if "burst" in args.workloads else 0):
         print(f"== jobsched: burst run {i + 1}/{args.runs}", file=sys.stderr)
@@ -197,52 +209,139 @@ async def measure_jobsched(args: argparse.Namespace) -> dict[str, Any]:
         print(f"== jobsched: steady run {i + 1}/{args.runs}", file=sys.stderr)
         steadies.append(await run_one(layout, "once", args.rate, args))
     name = f"jobsched ({layout.label}, SQLite)"
-    return summarize(name, "yes", bursts, steadies, "this checkout", f"layout {layout.label}")
+    info = machine_info()
+    versions = f"jobsched {info['source']}, {info['nats_server']}, Python {info['python']}"
+    r = summarize(name, "yes", bursts, steadies, versions, f"layout {layout.label}")
+    return {
+        "key": f"jobsched-{layout.kind}",
+        "layout": layout.kind,
+        "wall_seconds": time.monotonic() - started,
+        **r,
+    }
 
 
-def is_ours(r: dict[str, Any], full_size: bool) -> bool:
-    """Whether a row gets a target verdict: jobsched's, at the issue's sizes (no other)."""
-    return full_size and r["name"].startswith("jobsched")
+def target_checks(
+    results: Sequence[dict[str, Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Issue 14's targets of the peer workloads against this run's rows, at the issue's sizes
+    only: ``[{"target", "system", "value", "limit", "verdict"}]`` (seconds; ``limit`` NaN and
+    verdict MISS where the peer it is relative to was not measured)."""
+    rows = {r["key"]: r for r in results}
+    burst_size = "burst" in args.workloads and args.jobs == targets.PEER_BURST_JOBS
+    steady_size = (
+        "steady" in args.workloads
+        and args.rate == targets.PEER_STEADY_RATE
+        and args.duration == targets.PEER_STEADY_SECONDS
+    )
+
+    def peer_figure(key: str, field: str) -> tuple[str, float]:
+        peer = rows.get(key)
+        name = PEERS[key].name
+        return name, (peer[field] if peer else math.nan)
+
+    checks = []
+    split, one = rows.get("jobsched-split"), rows.get("jobsched-one")
+    if burst_size and split:
+        name, limit = peer_figure(BASELINE_PEER["burst"], "burst_all_started_seconds")
+        checks.append(
+            (
+                "burst 5,000 (split): all started <= " + name,
+                split,
+                "burst_all_started_seconds",
+                limit,
+            )
+        )
+    if burst_size and one:
+        checks.append(
+            (
+                f"burst 5,000 (one process): all started <= {targets.BURST_ONE_SECONDS:g} s",
+                one,
+                "burst_all_started_seconds",
+                targets.BURST_ONE_SECONDS,
+            )
+        )
+    if steady_size and one:
+        name, limit = peer_figure(BASELINE_PEER["steady"], "steady_p99_seconds")
+        checks.append(
+            ("steady 500/s (one process): p99 <= " + name, one, "steady_p99_seconds", limit)
+        )
+        checks.append(
+            (
+                f"steady 500/s (one process): max <= {targets.STEADY_MAX_SECONDS * 1000:g} ms",
+                one,
+                "steady_max_seconds",
+                targets.STEADY_MAX_SECONDS,
+            )
+        )
+    return [
+        {
+            "target": label,
+            "system": row["name"],
+            "value": row[field],
+            "limit": limit,
+            "verdict": "MISS" if math.isnan(limit) else verdict(row[field], limit),
+        }
+        for label, row, field, limit in checks
+    ]
 
 
-def print_table(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
+def print_table(
+    results: Sequence[dict[str, Any]],
+    args: argparse.Namespace,
+    raw: dict[str, Any] | None,
+    checks: Sequence[dict[str, Any]],
+    wall_seconds: float,
+) -> None:
     print(
         f"\npeers — medians of {args.runs} run(s) in this sitting; burst = {args.jobs:,} once jobs "
         f"due at one instant, time until all started; steady = {args.rate:g} jobs/s due for "
         f"{args.duration:g} s, schedule-to-start"
     )
-    burst_target = "burst" in args.workloads and args.jobs == 5000
-    steady_target = "steady" in args.workloads and args.rate == 500 and args.duration == 10
     rows = [
         [
             r["name"],
             r["durable"],
-            f"{r['submits_per_second']:,.0f}",
             fmt_seconds(r["burst_all_started_seconds"]),
-            verdict(r["burst_all_started_seconds"], TARGET_BURST_SECONDS)
-            if is_ours(r, burst_target)
-            else "",
             fmt_seconds(r["steady_p50_seconds"]),
             fmt_seconds(r["steady_p99_seconds"]),
             fmt_seconds(r["steady_max_seconds"]),
-            verdict(r["steady_p99_seconds"], TARGET_STEADY_P99_SECONDS)
-            if is_ours(r, steady_target)
-            else "",
+            f"{r['submits_per_second']:,.0f}",
+            f"{r['wall_seconds'] / 60:.1f}",
         ]
         for r in results
     ]
     headers = [
         "system",
         "durable?",
-        "submits/s",
         "burst: all started",
-        f"<= {TARGET_BURST_SECONDS:g} s",
         "steady p50",
         "steady p99",
         "steady max",
-        f"p99 <= {TARGET_STEADY_P99_SECONDS * 1000:g} ms",
+        "submits/s",
+        "wall min",
     ]
     print(table(headers, rows))
+    if raw:
+        print(
+            f"raw NATS in this run (nats-py, {raw['messages']:,} messages of {raw['size']} B, "
+            f"sync_interval {raw['sync_interval']}): publish_async {raw['publish_per_second']:,.0f}"
+            f"/s, fetch+ack {raw['consume_ack_per_second']:,.0f}/s, both at once end to end "
+            f"{raw['pipeline_per_second']:,.0f}/s, one at a time "
+            f"{raw['serial_per_second'] or 0:,.0f}/s"
+        )
+    if checks:
+        print(
+            table(
+                ["target (issue 14)", "measured", "limit", "verdict"],
+                [
+                    [c["target"], fmt_seconds(c["value"]), fmt_seconds(c["limit"]), c["verdict"]]
+                    for c in checks
+                ],
+            )
+        )
+    else:
+        print("targets: only at the issue's sizes (--jobs 5000, --rate 500 --duration 10)")
+    print(f"wall time of this run: {wall_seconds / 60:.1f} min")
     for r in results:
         print(
             f"  {r['name']}: "
@@ -268,15 +367,36 @@ def selected_peers(text: str) -> list[type[Peer]]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    raw = None
+    if args.baseline:
+        from bench.baseline import measure_raw_nats  # noqa: PLC0415
+
+        print("== raw NATS baseline", file=sys.stderr)
+        raw = await measure_raw_nats(args.baseline_messages, serial=args.baseline_messages // 25)
+        print(
+            f"\nraw NATS: {raw['pipeline_per_second']:,.0f} msg/s published and consumed "
+            "end to end",
+            flush=True,
+        )
     results = []
     for cls in selected_peers(args.peers):
         r = await measure_peer(cls, args)
         if r is not None:
             results.append(r)
     if args.jobsched:
-        results.append(await measure_jobsched(args))
-    print_table(results, args)
-    return {"args": {**vars(args), "workloads": sorted(args.workloads)}, "results": results}
+        for layout_name in args.layout.split(","):
+            results.append(await measure_jobsched(layout_name, args))
+    checks = target_checks(results, args)
+    wall = time.monotonic() - started
+    print_table(results, args, raw, checks, wall)
+    return {
+        "args": {**vars(args), "workloads": sorted(args.workloads)},
+        "raw_nats": raw,
+        "results": results,
+        "targets": checks,
+        "wall_seconds": wall,
+    }
 
 
 def main() -> None:
@@ -299,7 +419,20 @@ def main() -> None:
         default=True,
         help="measure jobsched after the peers (default)",
     )
-    p.add_argument("--layout", default="one", choices=["one", "split", "inproc"])
+    p.add_argument(
+        "--layout",
+        default="split,one",
+        help="jobsched's layouts, a comma list of one, split, inproc",
+    )
+    p.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="leave out the raw-NATS baseline (measured first, in the same run, by default)",
+    )
+    p.add_argument(
+        "--baseline-messages", type=int, default=50_000, help="raw NATS: messages (50,000)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="max wait after the last due, s")
     p.add_argument(
         "--lead",
@@ -309,9 +442,14 @@ def main() -> None:
     )
     p.add_argument("--profile-seconds", type=float, default=10.0)
     parse_common(p)
-    p.set_defaults(duration=10.0, drain=20.0)
+    p.set_defaults(duration=10.0, drain=20.0, baseline=True)
     args = p.parse_args()
-    selected_peers(args.peers)  # a bad --peers fails before anything starts
+    selected_peers(args.peers)  # a bad --peers or --layout fails before anything starts
+    for layout_name in args.layout.split(","):
+        try:
+            Layout.parse(layout_name)
+        except ValueError as e:
+            p.error(f"--layout: {e}")
     if not args.workloads or args.workloads - {"burst", "steady"}:
         p.error("--workloads: burst, steady or burst,steady")
     result = asyncio.run(main_async(args))
