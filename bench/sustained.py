@@ -92,7 +92,10 @@ async def submit_workload(
         lead = n / (0.85 * calib) + 3.0
         t0 = math.ceil(time.time() + lead)
         bodies = [once_body(datetime.fromtimestamp(t0 + i / rate, UTC)) for i in range(n)]
+        meter = CpuMeter(d.pids())
+        meter.start()
         res = await post_jobs(d.url, d.token, bodies, concurrency=args.concurrency)
+        submit_cpu = meter.stop()
     else:
         # Interval jobs run at creation + m*k: pace the creations evenly over `laps` periods so
         # their phases spread evenly over the period (R due per second), at a pace the gateway
@@ -107,6 +110,7 @@ async def submit_workload(
             spacing_seconds=laps / rate,
         )
         t0 = math.ceil(time.time() + 1.0)
+        submit_cpu = {}
     overrun = res.ended_wall - t0
     if res.errors:
         print(f"  {len(res.errors)} submission error(s), e.g. {res.errors[0]}", file=sys.stderr)
@@ -125,6 +129,9 @@ async def submit_workload(
         "submit_rate_per_second": res.rate,
         "calibration_rate_per_second": calib,
         "submit_overrun_seconds": overrun,
+        "submit_cpu_ms_per_job": {
+            name: 1000 * c / res.ok if res.ok else math.nan for name, c in submit_cpu.items()
+        },
     }
 
 
