@@ -105,6 +105,7 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         "layout": layout.label,
         "jobs": n,
         "submitted": res.ok,
+        "started": sum(1 for r in runs if r.started_at is not None),
         "submit_rate_per_second": res.rate,
         "submit_overrun_seconds": overrun,
         "all_published_seconds": last([r.published_at for r in runs]),

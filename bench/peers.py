@@ -43,7 +43,10 @@ BASELINE_PEER = {"burst": "apscheduler-memory", "steady": "celery"}
 """The peer whose figure in the same run is the target of jobsched's burst (split) and steady
 p99 (one process)."""
 WARMUP_DUE = -1.0
-"""The due time the warm-up job carries, so its record is told apart."""
+"""The due time the warm-up jobs carry, so their records are told apart."""
+WARMUP_JOBS = 50
+"""Jobs due at once before each run: they prove the peer works and time its submission, from
+which the lead (submission start to first due instant) is chosen on this machine."""
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,15 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
     try:
         async with AsyncExitStack() as stack:
             await peer.start(stack)
-            await peer.submit([WARMUP_DUE])
-            warm = await wait_records(log, 1, time.monotonic() + 60, peer)
-            if not warm:
-                raise RuntimeError(f"{peer.name}: the warm-up job did not run within 60 s")
-            lead = args.lead or 2.0 + w.size / peer.submits_per_second
+            s0 = time.perf_counter()
+            await peer.submit([WARMUP_DUE] * WARMUP_JOBS)
+            warm_rate = WARMUP_JOBS / (time.perf_counter() - s0)
+            warm = await wait_records(log, WARMUP_JOBS, time.monotonic() + 60, peer)
+            if len(warm) < WARMUP_JOBS:
+                raise RuntimeError(
+                    f"{peer.name}: {len(warm)} of {WARMUP_JOBS} warm-up jobs ran within 60 s"
+                )
+            lead = args.lead or 2.0 + 1.25 * w.size / warm_rate
             t0 = math.ceil(time.time() + lead)
             dues = w.dues(t0)
             s0 = time.perf_counter()
@@ -119,7 +126,10 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
                     file=sys.stderr,
                 )
             recs = await wait_records(
-                log, 1 + len(dues), time.monotonic() + max(dues) - time.time() + args.timeout, peer
+                log,
+                WARMUP_JOBS + len(dues),
+                time.monotonic() + max(dues) - time.time() + args.timeout,
+                peer,
             )
         failed = False
     finally:
@@ -135,6 +145,7 @@ async def run_peer(cls: type[Peer], w: Workload, args: argparse.Namespace) -> di
         "jobs": len(dues),
         "started": sum(1 for x in late if x != math.inf),
         "all_started_seconds": max(late, default=math.nan),
+        "lead_seconds": lead,
         "_start": Summary.of(late),
     }
 
@@ -149,11 +160,12 @@ async def measure_peer(cls: type[Peer], args: argparse.Namespace) -> dict[str, A
     started = time.monotonic()
     burst, steady = workloads(args)
     bursts, steadies = [], []
-    for i in range(args.runs if "burst" in args.workloads else 0):
-        print(f"== {peer.name}: burst run {i + 1}/{args.runs}", file=sys.stderr)
+    runs = args.runs_of.get(key_of(cls), args.runs)
+    for i in range(runs if "burst" in args.workloads else 0):
+        print(f"== {peer.name}: burst run {i + 1}/{runs}", file=sys.stderr)
         bursts.append(await run_peer(cls, burst, args))
-    for i in range(args.runs if "steady" in args.workloads else 0):
-        print(f"== {peer.name}: steady run {i + 1}/{args.runs}", file=sys.stderr)
+    for i in range(runs if "steady" in args.workloads else 0):
+        print(f"== {peer.name}: steady run {i + 1}/{runs}", file=sys.stderr)
         steadies.append(await run_peer(cls, steady, args))
     r = summarize(peer.name, peer.durable, bursts, steadies, peer.versions(), peer.config())
     return {"key": key_of(cls), "wall_seconds": time.monotonic() - started, **r}
@@ -190,6 +202,8 @@ def summarize(
             ]
         ),
         "burst_all_started_seconds": median([b["all_started_seconds"] for b in bursts]),
+        "burst_started_fewest": min((b["started"] for b in bursts), default=0),
+        "runs": max(len(bursts), len(steadies)),
         "steady_p50_seconds": median([s["_start"].p50 for s in steadies]),
         "steady_p99_seconds": median([s["_start"].p99 for s in steadies]),
         "steady_max_seconds": median([s["_start"].max for s in steadies]),
@@ -202,11 +216,12 @@ async def measure_jobsched(layout_name: str, args: argparse.Namespace) -> dict[s
     layout = Layout.parse(layout_name)
     started = time.monotonic()
     bursts, steadies = [], []
-    for i in range(args.runs if "burst" in args.workloads else 0):
-        print(f"== jobsched: burst run {i + 1}/{args.runs}", file=sys.stderr)
+    runs = args.runs_of.get(f"jobsched-{layout.kind}", args.runs)
+    for i in range(runs if "burst" in args.workloads else 0):
+        print(f"== jobsched: burst run {i + 1}/{runs}", file=sys.stderr)
         bursts.append(await run_burst(layout, args.jobs, args))
-    for i in range(args.runs if "steady" in args.workloads else 0):
-        print(f"== jobsched: steady run {i + 1}/{args.runs}", file=sys.stderr)
+    for i in range(runs if "steady" in args.workloads else 0):
+        print(f"== jobsched: steady run {i + 1}/{runs}", file=sys.stderr)
         steadies.append(await run_one(layout, "once", args.rate, args))
     name = f"jobsched ({layout.label}, SQLite)"
     info = machine_info()
@@ -293,19 +308,21 @@ def print_table(
     wall_seconds: float,
 ) -> None:
     print(
-        f"\npeers — medians of {args.runs} run(s) in this sitting; burst = {args.jobs:,} once jobs "
-        f"due at one instant, time until all started; steady = {args.rate:g} jobs/s due for "
-        f"{args.duration:g} s, schedule-to-start"
+        f"\npeers — medians of the runs (column runs) in this sitting; burst = {args.jobs:,} "
+        "once jobs due at one instant, time until all started; "
+        f"steady = {args.rate:g} jobs/s due for {args.duration:g} s, schedule-to-start"
     )
     rows = [
         [
             r["name"],
             r["durable"],
             fmt_seconds(r["burst_all_started_seconds"]),
+            f"{r['burst_started_fewest']:,}/{args.jobs:,}" if r["burst_runs_seconds"] else "-",
             fmt_seconds(r["steady_p50_seconds"]),
             fmt_seconds(r["steady_p99_seconds"]),
             fmt_seconds(r["steady_max_seconds"]),
             f"{r['submits_per_second']:,.0f}",
+            r["runs"],
             f"{r['wall_seconds'] / 60:.1f}",
         ]
         for r in results
@@ -314,10 +331,12 @@ def print_table(
         "system",
         "durable?",
         "burst: all started",
+        "started (fewest)",
         "steady p50",
         "steady p99",
         "steady max",
         "submits/s",
+        "runs",
         "wall min",
     ]
     print(table(headers, rows))
@@ -354,6 +373,24 @@ def print_table(
                 if r[key]
             )
         )
+
+
+def runs_of(text: str) -> dict[str, int]:
+    """``--runs-of``: ``KEY=N`` items, comma-separated, each key a peer or jobsched-<layout>.
+
+    Raises:
+        argparse.ArgumentTypeError: an item is not KEY=N with a known key and N >= 1.
+    """
+    known = [*PEERS, "jobsched-split", "jobsched-one", "jobsched-inproc"]
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, n = item.partition("=")
+        if key not in known or not n.isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected KEY=N, N >= 1, KEY one of {', '.join(known)}"
+            )
+        out[key] = int(n)
+    return out
 
 
 def selected_peers(text: str) -> list[type[Peer]]:
@@ -403,7 +440,15 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=3, help="runs per workload and system (3)")
+    p.add_argument(
+        "--runs-of",
+        type=runs_of,
+        default={},
+        metavar="KEY=N[,KEY=N]",
+        help="other run counts for some systems (keys of --peers, jobsched-split, jobsched-one), "
+        "e.g. apscheduler-sqlite=1",
+    )
     p.add_argument("--jobs", type=int, default=5000, help="burst size (5,000)")
     p.add_argument("--rate", type=float, default=500.0, help="steady: jobs due per second (500)")
     p.add_argument(
