@@ -4,7 +4,9 @@ Each case runs ``python -m bench.<name> <tiny options> --no-save`` in a subproce
 would, and checks that it exits 0 and prints its table's header. Nothing here checks a speed:
 the figures of a run this small mean nothing, and the machine is shared. The selected cases all
 start at once (each has its own nats-server, ports and temp dir, and mostly waits for due
-times), so the module takes about as long as its longest case, ``bench.peers``.
+times), so the module takes about as long as its longest case, ``bench.peers``. The cases in
+``WRITES_RESULTS`` write their results file, which ``bench.capacity`` and ``bench.report`` then
+read, as after a sitting.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ CASES = [
     ("api", ["--duration", "0.5", "--modes", "post", "--layout", "one"], "POST /jobs"),
     (
         "scaleout",
-        ["--shapes", "1x1", "--rate", "20", "--duration", "1", "--startup", "3", "--period", "1"],
+        [
+            *("--shapes", "1x1", "--rate", "20", "--cost-rate", "20"),
+            *("--duration", "1", "--startup", "3", "--period", "1"),
+        ],
         "1 sched / 1 work",
     ),
     ("memory", ["--jobs", "200", "--near", "20", "--near-window", "5", "--watch", "1"], "peak RSS"),
@@ -67,6 +72,8 @@ CASES = [
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]
+STAMP = "20260101T000000Z"
+"""The time in the name of the results files the cases write (``bench.report`` reads it)."""
 """bench.peers, the burst workload alone: each run starts a peer afresh, and the steady path is
 the same code with other due times (jobsched's steady path is the sustained case)."""
 
@@ -82,8 +89,10 @@ SLOW_CASES = [
 ]
 
 
-NO_RESULTS_FILE = {"profile_report"}
+NO_RESULTS_FILE = {"profile_report", "capacity", "report"}
 """Entry points that write no results file, so take no ``--no-save``."""
+WRITES_RESULTS = {"sustained", "scaleout", "peers-jobsched-split"}
+"""Cases that write their results file to ``<out>/results/<module>-<STAMP>.json``."""
 TIMEOUT_SECONDS = 300
 
 # bench.failover is not here: its two schedulers often fail to balance the leases within its
@@ -92,8 +101,18 @@ TIMEOUT_SECONDS = 300
 
 COMMANDS: dict[str, tuple[str, list[str]]] = {
     **{m: (m, o) for m, o, _ in CASES + SLOW_CASES},
-    **{f"peers-{k}": ("peers", [*PEERS_OPTIONS, "--peers", k, "--no-jobsched"]) for k in PEERS},
-    "peers-jobsched": ("peers", [*PEERS_OPTIONS, "--peers", "none"]),
+    **{
+        f"peers-{k}": ("peers", [*PEERS_OPTIONS, "--peers", k, "--no-jobsched", "--no-baseline"])
+        for k in PEERS
+    },
+    "peers-jobsched-split": (
+        "peers",
+        [*PEERS_OPTIONS, "--peers", "none", "--layout", "split", "--baseline-messages", "200"],
+    ),
+    "peers-jobsched-one": (
+        "peers",
+        [*PEERS_OPTIONS, "--peers", "none", "--layout", "one", "--no-baseline"],
+    ),
 }
 """Every case: its key (a test's ``case`` parameter) -> module and options; bench.peers runs as
 one process per peer, so they run side by side."""
@@ -109,7 +128,9 @@ class Runs:
     def start(self, case: str, module: str, options: list[str]) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
         cmd = [sys.executable, "-m", f"bench.{module}", *options]
-        if module not in NO_RESULTS_FILE:
+        if case in WRITES_RESULTS:
+            cmd += ["--json", str(self.results_file(module))]
+        elif module not in NO_RESULTS_FILE:
             cmd.append("--no-save")
         with (
             (self.out_dir / f"{case}.out").open("wb") as out,
@@ -118,8 +139,13 @@ class Runs:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
         self.procs[case] = (cmd, proc)
 
+    def results_file(self, module: str) -> Path:
+        return self.out_dir / "results" / f"{module}-{STAMP}.json"
+
     def stdout(self, case: str) -> str:
         """Its stdout once it exited; fails the test on a non-zero exit or after TIMEOUT_SECONDS."""
+        if case not in self.procs:  # a case another test needs, not selected itself
+            self.start(case, *COMMANDS[case])
         cmd, proc = self.procs[case]
         rc = proc.wait(TIMEOUT_SECONDS)
         err = (self.out_dir / f"{case}.err").read_text(errors="replace")
@@ -184,10 +210,34 @@ def test_a_peer_runs_or_says_why_not(runs: Runs, case: str, key: str, tmp_path: 
         assert f"{peer.name}: SKIPPED" in out
 
 
-@pytest.mark.parametrize("case", ["peers-jobsched"])
-def test_peers_measures_jobsched_too(runs: Runs, case: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "layout"), [("peers-jobsched-split", "split"), ("peers-jobsched-one", "one")]
+)
+def test_peers_measures_jobsched_in_each_layout(runs: Runs, case: str, layout: str) -> None:
+    """Split and one process run as two cases side by side (``--layout split,one`` in a sitting);
+    the split case measures the raw-NATS baseline too."""
     out = runs.stdout(case)
-    assert any(ln.startswith("jobsched (one, SQLite)  ") for ln in out.splitlines())
+    assert any(ln.startswith(f"jobsched ({layout}, SQLite)  ") for ln in out.splitlines()), out
+    assert ("raw NATS in this run" in out) == (layout == "split")
+
+
+@pytest.mark.parametrize("case", ["scaleout"])
+def test_capacity_plans_from_a_scaleout_results_file(runs: Runs, case: str) -> None:
+    assert "partitions per scheduler" in runs.stdout(case)  # scaleout prints the plan itself
+    runs.start("capacity", "capacity", [str(runs.results_file("scaleout"))])
+    out = runs.stdout("capacity")
+    assert "partitions per scheduler" in out
+    assert "50,000" in out
+
+
+@pytest.mark.parametrize("case", ["peers-jobsched-split"])
+def test_report_reads_the_results_of_a_sitting(runs: Runs, case: str) -> None:
+    for written in (case, "sustained", "scaleout"):
+        runs.stdout(written)
+    runs.start("report", "report", ["--dir", str(runs.results_file("peers").parent)])
+    out = runs.stdout("report")
+    assert "issue 14 targets" in out
+    assert "not measured" in out  # the memory, api and burst figures are not in these files
 
 
 def test_profile_report_summarises_a_py_spy_file(tmp_path: Path) -> None:
