@@ -116,14 +116,14 @@ def _jsonable(v: float) -> Any:
 
 
 def fmt_seconds(seconds: float) -> str:
-    """A duration for a table: ms below 10 s, else seconds; ``never`` for inf, ``-`` for NaN."""
+    """A duration for a table: ms below 1 s, else seconds; ``never`` for inf, ``-`` for NaN."""
     if math.isnan(seconds):
         return "-"
     if seconds == float("inf"):
         return "never"
-    if abs(seconds) < 10:
+    if abs(seconds) < 1:
         return f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
+    return f"{seconds:.3f} s" if abs(seconds) < 10 else f"{seconds:.2f} s"
 
 
 def fmt_num(x: float, digits: int = 0) -> str:
