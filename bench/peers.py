@@ -218,6 +218,13 @@ def summarize(
 
 async def measure_jobsched(layout_name: str, args: argparse.Namespace) -> dict[str, Any]:
     layout = Layout.parse(layout_name)
+    name = f"jobsched ({layout.label}, SQLite)"
+    info = machine_info()
+    versions = f"jobsched {info['source']}, {info['nats_server']}, Python {info['python']}"
+    config = f"layout {layout.label}" + (
+        f", settings {' '.join(args.set)}" if args.set else ", default settings"
+    )
+    print(f"\n{name}: {versions}\n  {config}", flush=True)
     started = time.monotonic()
     bursts, steadies = [], []
     runs = args.runs_of.get(f"jobsched-{layout.kind}", args.runs)
@@ -227,10 +234,7 @@ async def measure_jobsched(layout_name: str, args: argparse.Namespace) -> dict[s
     for i in range(runs if "steady" in args.workloads else 0):
         print(f"== jobsched: steady run {i + 1}/{runs}", file=sys.stderr)
         steadies.append(await run_one(layout, "once", args.rate, args))
-    name = f"jobsched ({layout.label}, SQLite)"
-    info = machine_info()
-    versions = f"jobsched {info['source']}, {info['nats_server']}, Python {info['python']}"
-    r = summarize(name, "yes", bursts, steadies, versions, f"layout {layout.label}")
+    r = summarize(name, "yes", bursts, steadies, versions, config)
     return {
         "key": f"jobsched-{layout.kind}",
         "layout": layout.kind,

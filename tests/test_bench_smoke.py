@@ -38,14 +38,14 @@ CASES = [
     ),
     (
         "sustained",
-        ["--rate", "20", "--duration", "1", "--workload", "once", "--layout", "one"],
+        ["--rate", "20", "--duration", "1", "--workload", "once", "--layout", "split"],
         "start p99",
     ),
     ("api", ["--duration", "0.5", "--modes", "post", "--layout", "one"], "POST /jobs"),
     (
         "scaleout",
         [
-            *("--shapes", "1x1", "--rate", "20", "--cost-rate", "20"),
+            *("--shapes", "1x1", "--rate", "20", "--cost-rate", "0"),
             *("--duration", "1", "--startup", "3", "--period", "1"),
         ],
         "1 sched / 1 work",
@@ -222,11 +222,19 @@ def test_peers_measures_jobsched_in_each_layout(runs: Runs, case: str, layout: s
 
 
 @pytest.mark.parametrize("case", ["scaleout"])
-def test_capacity_plans_from_a_scaleout_results_file(runs: Runs, case: str) -> None:
-    assert "partitions per scheduler" in runs.stdout(case)  # scaleout prints the plan itself
-    runs.start("capacity", "capacity", [str(runs.results_file("scaleout"))])
+def test_scaleout_prints_the_capacity_plan(runs: Runs, case: str) -> None:
+    """From its 1x1 row here (``--cost-rate 0``: one deployment fewer; the cost row is a
+    sustained once row, which the next test plans from)."""
+    assert "partitions per scheduler" in runs.stdout(case)
+
+
+@pytest.mark.parametrize("case", ["sustained"])
+def test_capacity_plans_from_a_sustained_results_file(runs: Runs, case: str) -> None:
+    runs.stdout(case)
+    runs.start("capacity", "capacity", [str(runs.results_file("sustained"))])
     out = runs.stdout("capacity")
     assert "partitions per scheduler" in out
+    assert "CPU ms per job POSTed" in out  # the gateway's cost, from the once jobs' submission
     assert "50,000" in out
 
 
