@@ -6,6 +6,11 @@ A sitting is every ``bench/results/*.json`` written within ``--hours`` (12) befo
 commits and machines are listed first: figures from different commits are flagged.
 
     .venv/bin/python -m bench.report [--dir bench/results] [--since 20261203T0600Z] [--hours 12]
+    .venv/bin/python -m bench.report --before /tmp/results-base   # a "before" column
+
+With ``--before DIR`` (the files of a sitting at the base commit, e.g. ``BENCH_RESULTS_DIR=DIR``
+or ``--json`` there) each target's figure of that sitting is printed beside today's: CPU per run
+per process and NATS messages per run before and after.
 
 The commands of a sitting, in order (bench/README.md "A sitting for issue 14"): bench.peers,
 bench.sustained --rate 500,2000,4000 --layout split --workload once --duration 60, bench.burst
@@ -106,8 +111,10 @@ def cpu_checks(results: Sequence[Result]) -> list[Check]:
             for r, x in rows_of(results, "sustained", "scaleout")
             if is_split(x) and float(x.get("rate", 0)) == rate
         ]
+        msgs_label = f"  NATS messages per run at {rate:,}/s"
         if not rows:
             out.append(missing(label, f"bench.sustained --layout split --rate {rate}"))
+            out.append(Check(msgs_label, "-", "", "-", ""))
             continue
         r, row = rows[0]
         per = {k: v for k, v in row.get("cpu_ms_per_run_drained", {}).items() if not math.isnan(v)}
@@ -123,7 +130,7 @@ def cpu_checks(results: Sequence[Result]) -> list[Check]:
             )
         )
         msgs = row.get("nats_msgs_per_run", math.nan)
-        out.append(Check(f"  NATS messages per run at {rate:,}/s", f"{msgs:.1f}", "", "-", ""))
+        out.append(Check(msgs_label, f"{msgs:.1f}", "", "-", r.path.name))
     return out
 
 
@@ -298,8 +305,8 @@ def evaluate(results: Sequence[Result]) -> list[Check]:
     ]
 
 
-def print_report(results: Sequence[Result]) -> list[Check]:
-    print(f"sitting: {len(results)} results file(s)")
+def print_files(label: str, results: Sequence[Result]) -> None:
+    print(f"{label}: {len(results)} results file(s)")
     sources = set()
     for r in results:
         m = r.data.get("machine", {})
@@ -311,14 +318,36 @@ def print_report(results: Sequence[Result]) -> list[Check]:
     if len(sources) > 1:
         names = ", ".join(sorted(map(str, sources)))
         print(f"WARNING: figures from different sources (commits): {names}")
+
+
+def print_report(results: Sequence[Result], before: Sequence[Result] = ()) -> list[Check]:
+    """Prints the files and the targets table; with ``before`` (an earlier sitting's files) a
+    "before" column too, matched by target."""
+    print_files("sitting", results)
+    if before:
+        print_files("before", before)
     checks = evaluate(results)
     print("\nissue 14 targets")
-    print(
-        table(
-            ["target", "measured", "limit", "verdict", "from"],
-            [[c.target, c.measured, c.limit, c.verdict, c.source] for c in checks],
+    if before:
+        was = {
+            c.target: "-" if c.verdict == "not measured" else c.measured for c in evaluate(before)
+        }
+        print(
+            table(
+                ["target", "before", "measured", "limit", "verdict", "from"],
+                [
+                    [c.target, was.get(c.target, "-"), c.measured, c.limit, c.verdict, c.source]
+                    for c in checks
+                ],
+            )
         )
-    )
+    else:
+        print(
+            table(
+                ["target", "measured", "limit", "verdict", "from"],
+                [[c.target, c.measured, c.limit, c.verdict, c.source] for c in checks],
+            )
+        )
     counted = [c for c in checks if c.verdict in ("PASS", "MISS", "not measured")]
     print(
         f"{sum(c.verdict == 'PASS' for c in counted)} PASS, "
@@ -344,11 +373,22 @@ def main() -> None:
     p.add_argument("--dir", type=Path, default=RESULTS_DIR, help="results directory")
     p.add_argument("--since", type=parse_since, default=None, help="UTC, e.g. 20261203T0600Z")
     p.add_argument("--hours", type=float, default=12.0, help="sitting length before the newest")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the results directory of an earlier sitting (e.g. at the base commit): a before "
+        "column (its newest --hours)",
+    )
     args = p.parse_args()
     results = load_sitting(args.dir, args.since, args.hours)
     if not results:
         raise SystemExit(f"no results files in {args.dir}")
-    print_report(results)
+    before = load_sitting(args.before, None, args.hours) if args.before else []
+    if args.before and not before:
+        raise SystemExit(f"no results files in {args.before}")
+    print_report(results, before)
 
 
 if __name__ == "__main__":

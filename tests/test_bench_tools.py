@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.capacity import Cost, choose_row, costs_by_role, plan
-from bench.report import Result, evaluate, load_sitting
+from bench.report import Result, evaluate, load_sitting, print_report
 
 
 def test_costs_of_several_processes_of_a_role_add_up() -> None:
@@ -110,3 +110,17 @@ def test_a_sitting_is_the_files_within_hours_of_the_newest(tmp_path: Path) -> No
     assert [r.name for r in load_sitting(tmp_path, None, 12)] == ["burst", "memory"]
     since = datetime(2026, 1, 1, tzinfo=UTC)
     assert [r.name for r in load_sitting(tmp_path, since, 12)] == ["api", "burst", "memory"]
+
+
+def test_report_prints_an_earlier_sittings_figure_beside_todays(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    today = _result("sustained", {"results": [_run_row("split", 2000, 100)]})
+    slower = _run_row("split", 2000, 100, nats_msgs_per_run=16.0)
+    slower["cpu_ms_per_run_drained"] = {"scheduler1": 0.5, "worker1": 0.2, "nats-server": 0.2}
+    print_report([today], [_result("sustained", {"results": [slower]})])
+    out = capsys.readouterr().out
+    (cpu,) = [ln for ln in out.splitlines() if ln.startswith("CPU per run end to end at 2,000")]
+    assert cpu.index("0.90 ms") < cpu.index("0.35 ms")  # before, then today
+    (msgs,) = [ln for ln in out.splitlines() if "NATS messages per run at 2,000" in ln]
+    assert msgs.index("16.0") < msgs.index("9.0")
