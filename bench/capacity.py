@@ -233,6 +233,8 @@ def main() -> None:
     p.add_argument("--partitions", type=int, default=PARTITIONS)
     p.add_argument("--posts-per-run", type=float, default=1.0)
     args = p.parse_args()
+    if not 0 < args.busy <= 1 or args.nats_cores < 1 or args.partitions < 1:
+        p.error("--busy must be in (0, 1], --nats-cores and --partitions at least 1")
     path = Path(args.results) if args.results else newest_results()
     data = json.loads(path.read_text())
     try:
