@@ -2,9 +2,9 @@
 
 Each case runs ``python -m bench.<name> <tiny options> --no-save`` in a subprocess, as a user
 would, and checks that it exits 0 and prints its table's header. Nothing here checks a speed:
-the figures of a run this small mean nothing, and the machine is shared. The selected cases all
-start at once (each has its own nats-server, ports and temp dir, and mostly waits for due
-times), so the module takes about as long as its longest case, ``bench.peers``. The cases in
+the figures of a run this small mean nothing, and the machine is shared. The cases all start
+at once (each has its own nats-server, ports and temp dir, and mostly waits for due times), so
+the test takes about as long as its longest case (~55 s at a load average of 9). The cases in
 ``WRITES_RESULTS`` write their results file, which ``bench.capacity`` and ``bench.report`` then
 read, as after a sitting.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,8 +113,8 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {
         [*PEERS_OPTIONS, "--peers", "none", "--layout", "one", "--no-baseline"],
     ),
 }
-"""Every case: its key (a test's ``case`` parameter) -> module and options; bench.peers runs as
-one process per peer, so they run side by side."""
+"""Every case: its key -> module and options; bench.peers runs as one process per peer and per
+jobsched layout, so they run side by side."""
 
 
 class Runs:
@@ -144,8 +143,6 @@ class Runs:
 
     def stdout(self, case: str) -> str:
         """Its stdout once it exited; fails the test on a non-zero exit or after TIMEOUT_SECONDS."""
-        if case not in self.procs:  # a case another test needs, not selected itself
-            self.start(case, *COMMANDS[case])
         cmd, proc = self.procs[case]
         rc = proc.wait(TIMEOUT_SECONDS)
         err = (self.out_dir / f"{case}.err").read_text(errors="replace")
@@ -159,93 +156,90 @@ class Runs:
             proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Runs]:
-    """Starts every case selected in this session at once."""
-    selected = {
-        str(item.callspec.params["case"])
-        for item in request.session.items
-        if isinstance(item, pytest.Function)
-        and item.module is request.module
-        and "case" in getattr(getattr(item, "callspec", None), "params", {})
-    }
-    r = Runs(tmp_path_factory.mktemp("bench-smoke"))
-    try:
-        for case in sorted(selected):
-            r.start(case, *COMMANDS[case])
-        yield r
-    finally:
-        r.stop()
-
-
-@pytest.mark.parametrize(
-    ("case", "header"), [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES]
-)
-def test_benchmark_runs_and_prints_its_table(runs: Runs, case: str, header: str) -> None:
-    assert header in runs.stdout(case)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("case", "header"), [(c[0], c[2]) for c in SLOW_CASES], ids=[c[0] for c in SLOW_CASES]
-)
-def test_slower_benchmark_runs_and_prints_its_table(runs: Runs, case: str, header: str) -> None:
-    assert header in runs.stdout(case)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("case", "key"), [(f"peers-{k}", k) for k in PEERS], ids=list(PEERS))
-def test_a_peer_runs_or_says_why_not(runs: Runs, case: str, key: str, tmp_path: Path) -> None:
-    """A peer whose libraries and redis-server are here gets a row; otherwise it says why not."""
-    out = runs.stdout(case)
-    assert "burst: all started" in out
+def peer_problem(key: str, out: str, tmp_path: Path) -> str | None:
+    """A peer whose libraries and redis-server are here gets a row in which every job started;
+    otherwise it says why it was skipped."""
     peer = PEERS[key](tmp_path, tmp_path / "log")
+    if peer.missing() is not None:
+        return None if f"{peer.name}: SKIPPED" in out else "no SKIPPED line"
     rows = [ln for ln in out.splitlines() if ln.startswith(peer.name + "  ")]
-    if peer.missing() is None:
-        assert len(rows) == 1, f"no row for {peer.name}:\n{out}"
-        assert "never" not in rows[0], f"{peer.name} did not run every job:\n{out}"
-    else:
-        assert f"{peer.name}: SKIPPED" in out
+    if len(rows) != 1:
+        return f"no row for {peer.name}"
+    return "not every job started" if "never" in rows[0] else None
 
 
-@pytest.mark.parametrize(
-    ("case", "layout"), [("peers-jobsched-split", "split"), ("peers-jobsched-one", "one")]
-)
-def test_peers_measures_jobsched_in_each_layout(runs: Runs, case: str, layout: str) -> None:
+def jobsched_peer_problem(layout: str, out: str) -> str | None:
     """Split and one process run as two cases side by side (``--layout split,one`` in a sitting);
     the split case measures the raw-NATS baseline too."""
-    out = runs.stdout(case)
-    assert any(ln.startswith(f"jobsched ({layout}, SQLite)  ") for ln in out.splitlines()), out
-    assert ("raw NATS in this run" in out) == (layout == "split")
+    if not any(ln.startswith(f"jobsched ({layout}, SQLite)  ") for ln in out.splitlines()):
+        return f"no jobsched ({layout}) row"
+    if ("raw NATS in this run" in out) != (layout == "split"):
+        return "the raw-NATS line is missing or extra"
+    return None
 
 
-@pytest.mark.parametrize("case", ["scaleout"])
-def test_scaleout_prints_the_capacity_plan(runs: Runs, case: str) -> None:
-    """From its 1x1 row here (``--cost-rate 0``: one deployment fewer; the cost row is a
-    sustained once row, which the next test plans from)."""
-    assert "partitions per scheduler" in runs.stdout(case)
+def case_problem(case: str, out: str, tmp_path: Path) -> str | None:
+    """What is wrong with a case's output, or None."""
+    headers = {c[0]: c[2] for c in CASES + SLOW_CASES}
+    if case.startswith("peers-jobsched-"):
+        return jobsched_peer_problem(case.removeprefix("peers-jobsched-"), out)
+    if case.startswith("peers-"):
+        return peer_problem(case.removeprefix("peers-"), out, tmp_path)
+    if headers[case] not in out:
+        return f"no {headers[case]!r}"
+    if case == "scaleout" and "partitions per scheduler" not in out:
+        return "no capacity plan"  # from its 1x1 row (--cost-rate 0: a deployment fewer)
+    return None
 
 
-@pytest.mark.parametrize("case", ["sustained"])
-def test_capacity_plans_from_a_sustained_results_file(runs: Runs, case: str) -> None:
-    runs.stdout(case)
-    runs.start("capacity", "capacity", [str(runs.results_file("sustained"))])
-    out = runs.stdout("capacity")
-    assert "partitions per scheduler" in out
-    assert "CPU ms per job POSTed" in out  # the gateway's cost, from the once jobs' submission
-    assert "50,000" in out
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_SECONDS + 60)
+def test_every_benchmark_entry_point_runs_and_prints_its_table(tmp_path: Path) -> None:
+    """One test, so that pytest-xdist runs it on one worker: every case starts at once, then
+    bench.capacity and bench.report read the results files the sustained, scaleout and peers
+    cases wrote. (As parametrized tests around a module fixture, two workers each started every
+    case: a worker's session holds every item, not the ones it runs.)"""
+    runs = Runs(tmp_path)
+    problems: dict[str, str] = {}
+    waiting_for_report = {"sustained", "scaleout", "peers-jobsched-split"}
 
+    def output(case: str) -> str | None:
+        try:
+            return runs.stdout(case)
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            problems[case] = str(e)
+            return None
 
-@pytest.mark.parametrize("case", ["peers-jobsched-split"])
-def test_report_reads_the_results_of_a_sitting(runs: Runs, case: str) -> None:
-    for written in (case, "sustained", "scaleout"):
-        runs.stdout(written)
-    runs.start("report", "report", ["--dir", str(runs.results_file("peers").parent)])
-    out = runs.stdout("report")
-    assert "issue 14 targets" in out
-    assert "not measured" in out  # the memory, api and burst figures are not in these files
+    try:
+        for case, command in COMMANDS.items():
+            runs.start(case, *command)
+        for case in COMMANDS:
+            out = output(case)
+            if out is None:
+                continue
+            why = case_problem(case, out, tmp_path)
+            if why:
+                problems[case] = f"{why}:\n{out[-3000:]}"
+            # each reader starts as soon as the files it reads are written
+            if case == "sustained":
+                runs.start("capacity", "capacity", [str(runs.results_file("sustained"))])
+            waiting_for_report.discard(case)
+            if not waiting_for_report and "report" not in runs.procs:
+                runs.start("report", "report", ["--dir", str(runs.results_file("peers").parent)])
+        expected = {
+            # the gateway's cost comes from the once jobs' submission
+            "capacity": ["partitions per scheduler", "CPU ms per job POSTed", "50,000"],
+            # the memory, api and burst figures are not in these files
+            "report": ["issue 14 targets", "not measured"],
+        }
+        for case, needles in expected.items():
+            out = output(case)
+            missing = [n for n in needles if out is not None and n not in out]
+            if missing:
+                problems[case] = f"no {missing}:\n{out}"
+    finally:
+        runs.stop()
+    assert not problems, "\n\n".join(f"== {case}: {why}" for case, why in problems.items())
 
 
 def test_profile_report_summarises_a_py_spy_file(tmp_path: Path) -> None:
