@@ -71,10 +71,10 @@ CASES = [
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]
+"""bench.peers, the burst workload alone: each run starts a peer afresh, and a peer's steady path
+is the same code with other due times (jobsched's, bench.sustained's, runs in peers-jobsched-one)."""
 STAMP = "20260101T000000Z"
 """The time in the name of the results files the cases write (``bench.report`` reads it)."""
-"""bench.peers, the burst workload alone: each run starts a peer afresh, and the steady path is
-the same code with other due times (jobsched's steady path is the sustained case)."""
 
 SLOW_CASES = [
     (
@@ -110,7 +110,13 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {
     ),
     "peers-jobsched-one": (
         "peers",
-        [*PEERS_OPTIONS, "--peers", "none", "--layout", "one", "--no-baseline"],
+        [
+            *PEERS_OPTIONS,
+            *("--peers", "none", "--layout", "one", "--no-baseline"),
+            # jobsched's steady path too: bench.sustained's run_one, which once crashed here
+            # (issue 14: the Namespace had no `set`)
+            *("--workloads", "burst,steady", "--rate", "10", "--duration", "1"),
+        ],
     ),
 }
 """Every case: its key -> module and options; bench.peers runs as one process per peer and per
