@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from bench import targets
 from bench.common import (
     CpuMeter,
     Deployment,
@@ -39,7 +40,11 @@ from bench.common import (
     wait_until_wall,
 )
 
-TARGETS_SECONDS = {20_000: 10.0, 5_000: 1.0}
+TARGETS_SECONDS = {
+    (targets.BIG_BURST_JOBS, "split"): targets.BIG_BURST_SECONDS,
+    (targets.PEER_BURST_JOBS, "one"): targets.BURST_ONE_SECONDS,
+}
+"""Issue 14's all-started targets by (jobs, layout)."""
 
 
 async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -100,6 +105,7 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
         "layout": layout.label,
         "jobs": n,
         "submitted": res.ok,
+        "started": sum(1 for r in runs if r.started_at is not None),
         "submit_rate_per_second": res.rate,
         "submit_overrun_seconds": overrun,
         "all_published_seconds": last([r.published_at for r in runs]),
@@ -115,7 +121,7 @@ async def run_burst(layout: Layout, n: int, args: argparse.Namespace) -> dict[st
 def print_table(results: list[dict[str, Any]]) -> None:
     rows = []
     for r in results:
-        target = TARGETS_SECONDS.get(r["jobs"])
+        target = TARGETS_SECONDS.get((r["jobs"], r["layout"]))
         v = verdict(r["all_started_seconds"], target) if target else "-"
         rows.append(
             [

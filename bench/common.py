@@ -116,14 +116,14 @@ def _jsonable(v: float) -> Any:
 
 
 def fmt_seconds(seconds: float) -> str:
-    """A duration for a table: ms below 10 s, else seconds; ``never`` for inf, ``-`` for NaN."""
+    """A duration for a table: ms below 1 s, else seconds; ``never`` for inf, ``-`` for NaN."""
     if math.isnan(seconds):
         return "-"
     if seconds == float("inf"):
         return "never"
-    if abs(seconds) < 10:
+    if abs(seconds) < 1:
         return f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
+    return f"{seconds:.3f} s" if abs(seconds) < 10 else f"{seconds:.2f} s"
 
 
 def fmt_num(x: float, digits: int = 0) -> str:
@@ -405,7 +405,10 @@ class Deployment:
         elif lay.kind == "one":
             self.spawn("stack", ["-m", "bench.stackproc"], JOBSCHED_HTTP_PORT=str(port))
         else:
-            # The scheduler first: it creates the tables; then the gateway and the workers.
+            # The store's schema first, in this process: processes opening a fresh SQLite file at
+            # once race in its migrations (two ALTER TABLE ... ADD COLUMN, one fails with
+            # "duplicate column name"). Then the schedulers, the gateway and the workers.
+            await create_schema(self.store_path)
             for i in range(lay.schedulers):
                 self.spawn(f"scheduler{i + 1}", ["-m", "jobsched", "scheduler"])
             self.spawn("gateway", ["-m", "jobsched", "gateway"], JOBSCHED_HTTP_PORT=str(port))
@@ -747,6 +750,15 @@ async def calibrate_submit_rate(d: Deployment, *, n: int = 1000, concurrency: in
     far = datetime.now(UTC) + timedelta(days=365)
     res = await post_jobs(d.url, d.token, [once_body(far)] * n, concurrency=concurrency)
     return res.rate
+
+
+async def create_schema(path: Path) -> None:
+    """Open and close the SQLite store at ``path``: its tables and migrations, done once."""
+    from store.sqlite import SqliteStore  # noqa: PLC0415
+
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
 
 
 def seed_jobs(path: Path, jobs: Sequence[Job]) -> None:

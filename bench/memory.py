@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import targets
 from bench.common import (
     Deployment,
     Layout,
@@ -39,7 +40,7 @@ from bench.common import (
 from core.model import Job, JobStatus, OnceSchedule
 from store.sqlite import JOB_COLUMNS, JOB_INSERT, SCHEMA, job_row
 
-TARGET_RSS = 1 << 30
+TARGET_RSS = targets.MEMORY_RSS_BYTES
 PARTITIONS = 64
 SENTINEL = datetime(2001, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
 

@@ -2,9 +2,11 @@
 
 Each case runs ``python -m bench.<name> <tiny options> --no-save`` in a subprocess, as a user
 would, and checks that it exits 0 and prints its table's header. Nothing here checks a speed:
-the figures of a run this small mean nothing, and the machine is shared. The selected cases all
-start at once (each has its own nats-server, ports and temp dir, and mostly waits for due
-times), so the module takes about as long as its longest case, ``bench.peers``.
+the figures of a run this small mean nothing, and the machine is shared. The cases all start
+at once (each has its own nats-server, ports and temp dir, and mostly waits for due times), so
+the test takes about as long as its longest case (~55 s at a load average of 9). The cases in
+``WRITES_RESULTS`` write their results file, which ``bench.capacity`` and ``bench.report`` then
+read, as after a sitting.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,16 @@ CASES = [
     ),
     (
         "sustained",
-        ["--rate", "20", "--duration", "1", "--workload", "once", "--layout", "one"],
+        ["--rate", "20", "--duration", "1", "--workload", "once", "--layout", "split"],
         "start p99",
     ),
     ("api", ["--duration", "0.5", "--modes", "post", "--layout", "one"], "POST /jobs"),
     (
         "scaleout",
-        ["--shapes", "1x1", "--rate", "20", "--duration", "1", "--startup", "3", "--period", "1"],
+        [
+            *("--shapes", "1x1", "--rate", "20", "--cost-rate", "0"),
+            *("--duration", "1", "--startup", "3", "--period", "1"),
+        ],
         "1 sched / 1 work",
     ),
     ("memory", ["--jobs", "200", "--near", "20", "--near-window", "5", "--watch", "1"], "peak RSS"),
@@ -68,8 +72,10 @@ CASES = [
 ]
 
 PEERS_OPTIONS = ["--runs", "1", "--jobs", "10", "--workloads", "burst", "--lead", "1"]
-"""bench.peers, the burst workload alone: each run starts a peer afresh, and the steady path is
-the same code with other due times (jobsched's steady path is the sustained case)."""
+"""bench.peers, the burst workload alone: each run starts a peer afresh, and a peer's steady path
+is the same code with other due times (jobsched's, bench.sustained's, runs in peers-jobsched-one)."""
+STAMP = "20260101T000000Z"
+"""The time in the name of the results files the cases write (``bench.report`` reads it)."""
 
 SLOW_CASES = [
     (
@@ -83,8 +89,10 @@ SLOW_CASES = [
 ]
 
 
-NO_RESULTS_FILE = {"profile_report"}
+NO_RESULTS_FILE = {"profile_report", "capacity", "report"}
 """Entry points that write no results file, so take no ``--no-save``."""
+WRITES_RESULTS = {"sustained", "scaleout", "peers-jobsched-split"}
+"""Cases that write their results file to ``<out>/results/<module>-<STAMP>.json``."""
 TIMEOUT_SECONDS = 300
 
 # bench.failover is not here: its two schedulers often fail to balance the leases within its
@@ -93,11 +101,27 @@ TIMEOUT_SECONDS = 300
 
 COMMANDS: dict[str, tuple[str, list[str]]] = {
     **{m: (m, o) for m, o, _ in CASES + SLOW_CASES},
-    **{f"peers-{k}": ("peers", [*PEERS_OPTIONS, "--peers", k, "--no-jobsched"]) for k in PEERS},
-    "peers-jobsched": ("peers", [*PEERS_OPTIONS, "--peers", "none"]),
+    **{
+        f"peers-{k}": ("peers", [*PEERS_OPTIONS, "--peers", k, "--no-jobsched", "--no-baseline"])
+        for k in PEERS
+    },
+    "peers-jobsched-split": (
+        "peers",
+        [*PEERS_OPTIONS, "--peers", "none", "--layout", "split", "--baseline-messages", "200"],
+    ),
+    "peers-jobsched-one": (
+        "peers",
+        [
+            *PEERS_OPTIONS,
+            *("--peers", "none", "--layout", "one", "--no-baseline"),
+            # jobsched's steady path too: bench.sustained's run_one, which once crashed here
+            # (issue 14: the Namespace had no `set`)
+            *("--workloads", "burst,steady", "--rate", "10", "--duration", "1"),
+        ],
+    ),
 }
-"""Every case: its key (a test's ``case`` parameter) -> module and options; bench.peers runs as
-one process per peer, so they run side by side."""
+"""Every case: its key -> module and options; bench.peers runs as one process per peer and per
+jobsched layout, so they run side by side."""
 
 
 class Runs:
@@ -110,7 +134,9 @@ class Runs:
     def start(self, case: str, module: str, options: list[str]) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
         cmd = [sys.executable, "-m", f"bench.{module}", *options]
-        if module not in NO_RESULTS_FILE:
+        if case in WRITES_RESULTS:
+            cmd += ["--json", str(self.results_file(module))]
+        elif module not in NO_RESULTS_FILE:
             cmd.append("--no-save")
         with (
             (self.out_dir / f"{case}.out").open("wb") as out,
@@ -118,6 +144,9 @@ class Runs:
         ):
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
         self.procs[case] = (cmd, proc)
+
+    def results_file(self, module: str) -> Path:
+        return self.out_dir / "results" / f"{module}-{STAMP}.json"
 
     def stdout(self, case: str) -> str:
         """Its stdout once it exited; fails the test on a non-zero exit or after TIMEOUT_SECONDS."""
@@ -134,61 +163,90 @@ class Runs:
             proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Runs]:
-    """Starts every case selected in this session at once."""
-    selected = {
-        str(item.callspec.params["case"])
-        for item in request.session.items
-        if isinstance(item, pytest.Function)
-        and item.module is request.module
-        and "case" in getattr(getattr(item, "callspec", None), "params", {})
-    }
-    r = Runs(tmp_path_factory.mktemp("bench-smoke"))
-    try:
-        for case in sorted(selected):
-            r.start(case, *COMMANDS[case])
-        yield r
-    finally:
-        r.stop()
-
-
-@pytest.mark.parametrize(
-    ("case", "header"), [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES]
-)
-def test_benchmark_runs_and_prints_its_table(runs: Runs, case: str, header: str) -> None:
-    assert header in runs.stdout(case)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("case", "header"), [(c[0], c[2]) for c in SLOW_CASES], ids=[c[0] for c in SLOW_CASES]
-)
-def test_slower_benchmark_runs_and_prints_its_table(runs: Runs, case: str, header: str) -> None:
-    assert header in runs.stdout(case)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("case", "key"), [(f"peers-{k}", k) for k in PEERS], ids=list(PEERS))
-def test_a_peer_runs_or_says_why_not(runs: Runs, case: str, key: str, tmp_path: Path) -> None:
-    """A peer whose libraries and redis-server are here gets a row; otherwise it says why not."""
-    out = runs.stdout(case)
-    assert "burst: all started" in out
+def peer_problem(key: str, out: str, tmp_path: Path) -> str | None:
+    """A peer whose libraries and redis-server are here gets a row in which every job started;
+    otherwise it says why it was skipped."""
     peer = PEERS[key](tmp_path, tmp_path / "log")
+    if peer.missing() is not None:
+        return None if f"{peer.name}: SKIPPED" in out else "no SKIPPED line"
     rows = [ln for ln in out.splitlines() if ln.startswith(peer.name + "  ")]
-    if peer.missing() is None:
-        assert len(rows) == 1, f"no row for {peer.name}:\n{out}"
-        assert "never" not in rows[0], f"{peer.name} did not run every job:\n{out}"
-    else:
-        assert f"{peer.name}: SKIPPED" in out
+    if len(rows) != 1:
+        return f"no row for {peer.name}"
+    return "not every job started" if "never" in rows[0] else None
 
 
-@pytest.mark.parametrize("case", ["peers-jobsched"])
-def test_peers_measures_jobsched_too(runs: Runs, case: str) -> None:
-    out = runs.stdout(case)
-    assert any(ln.startswith("jobsched (one, SQLite)  ") for ln in out.splitlines())
+def jobsched_peer_problem(layout: str, out: str) -> str | None:
+    """Split and one process run as two cases side by side (``--layout split,one`` in a sitting);
+    the split case measures the raw-NATS baseline too."""
+    if not any(ln.startswith(f"jobsched ({layout}, SQLite)  ") for ln in out.splitlines()):
+        return f"no jobsched ({layout}) row"
+    if ("raw NATS in this run" in out) != (layout == "split"):
+        return "the raw-NATS line is missing or extra"
+    return None
+
+
+def case_problem(case: str, out: str, tmp_path: Path) -> str | None:
+    """What is wrong with a case's output, or None."""
+    headers = {c[0]: c[2] for c in CASES + SLOW_CASES}
+    if case.startswith("peers-jobsched-"):
+        return jobsched_peer_problem(case.removeprefix("peers-jobsched-"), out)
+    if case.startswith("peers-"):
+        return peer_problem(case.removeprefix("peers-"), out, tmp_path)
+    if headers[case] not in out:
+        return f"no {headers[case]!r}"
+    if case == "scaleout" and "partitions per scheduler" not in out:
+        return "no capacity plan"  # from its 1x1 row (--cost-rate 0: a deployment fewer)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_SECONDS + 60)
+def test_every_benchmark_entry_point_runs_and_prints_its_table(tmp_path: Path) -> None:
+    """One test, so that pytest-xdist runs it on one worker: every case starts at once, then
+    bench.capacity and bench.report read the results files the sustained, scaleout and peers
+    cases wrote. (As parametrized tests around a module fixture, two workers each started every
+    case: a worker's session holds every item, not the ones it runs.)"""
+    runs = Runs(tmp_path)
+    problems: dict[str, str] = {}
+    waiting_for_report = {"sustained", "scaleout", "peers-jobsched-split"}
+
+    def output(case: str) -> str | None:
+        try:
+            return runs.stdout(case)
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            problems[case] = str(e)
+            return None
+
+    try:
+        for case, command in COMMANDS.items():
+            runs.start(case, *command)
+        for case in COMMANDS:
+            out = output(case)
+            if out is None:
+                continue
+            why = case_problem(case, out, tmp_path)
+            if why:
+                problems[case] = f"{why}:\n{out[-3000:]}"
+            # each reader starts as soon as the files it reads are written
+            if case == "sustained":
+                runs.start("capacity", "capacity", [str(runs.results_file("sustained"))])
+            waiting_for_report.discard(case)
+            if not waiting_for_report and "report" not in runs.procs:
+                runs.start("report", "report", ["--dir", str(runs.results_file("peers").parent)])
+        expected = {
+            # the gateway's cost comes from the once jobs' submission
+            "capacity": ["partitions per scheduler", "CPU ms per job POSTed", "50,000"],
+            # the memory, api and burst figures are not in these files
+            "report": ["issue 14 targets", "not measured"],
+        }
+        for case, needles in expected.items():
+            out = output(case)
+            missing = [n for n in needles if out is not None and n not in out]
+            if missing:
+                problems[case] = f"no {missing}:\n{out}"
+    finally:
+        runs.stop()
+    assert not problems, "\n\n".join(f"== {case}: {why}" for case, why in problems.items())
 
 
 def test_profile_report_summarises_a_py_spy_file(tmp_path: Path) -> None:
