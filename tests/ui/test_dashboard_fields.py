@@ -198,6 +198,8 @@ async def test_backfill_previews_then_creates_runs_marked_as_backfill(
     counts = page.locator("#backfill-counts")
     await expect(counts).to_contain_text(re.compile(r"^Preview \(nothing created\): 3 fire times"))
     assert await executions(alice, job.id) == []  # a preview creates nothing
+    await expect(counts).to_contain_text("overlap policy forbid")  # the job's, by default
+    await expect(page.locator("#backfill-policy option").first).to_have_text("the job's (forbid)")
     await page.locator("#backfill-policy").select_option("allow")
     await page.get_by_role("button", name="Create runs").click()
     dialog = page.get_by_role("dialog")

@@ -224,6 +224,7 @@ export function renderJob(main, jobId) {
     document.getElementById("spec-body").replaceChildren(spec(job, fallback));
     showControls();
     backfill.hidden = !recurring(job);
+    document.getElementById("backfill-policy").options[0].textContent = `the job's (${job.overlapPolicy})`;
     const next = job.nextRunAt ? await api(`${base}/upcoming?count=10`) : { fireTimes: [], marks: [] };
     if (!stopped) document.getElementById("upcoming-body").replaceChildren(upcomingTable(next.fireTimes, jobZone(job), next.marks ?? []));
   }
