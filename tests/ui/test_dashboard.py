@@ -150,7 +150,7 @@ async def test_the_keyboard_opens_a_job_and_confirms_an_action(
     job = await stack.client().create_job({"taskId": "noop", "schedule": CRON_BERLIN})
     tab = await signed_in()
     page = tab.page
-    for _ in range(20):  # by keyboard: Tab to the job's link, Enter
+    for _ in range(30):  # by keyboard: Tab to the job's link, Enter
         await page.keyboard.press("Tab")
         if await page.evaluate("document.activeElement.textContent") == "noop":
             break

@@ -42,6 +42,7 @@ export class ApiError extends Error {
     super(problem?.detail || problem?.title || `HTTP ${status}`);
     this.status = status;
     this.code = problem?.code ?? null;
+    this.errors = problem?.errors ?? []; // [{field, reason}] of a 4xx naming fields
   }
 }
 

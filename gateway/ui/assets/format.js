@@ -179,3 +179,30 @@ export function jobZone(job) {
 export function shortId(id) {
   return id.length > 12 ? `${id.slice(0, 12)}…` : id;
 }
+
+/**
+ * A webhook URL as the dashboard shows it: scheme, host and port; the path and query elided
+ * ("https://ops.example.com/…"), since many receivers (chat webhooks) carry their token there.
+ * The signing secret never reaches the page (the API answers `hasSecret` only).
+ */
+export function webhookTarget(url) {
+  try {
+    const u = new URL(url);
+    return `${u.origin}${u.pathname === "/" && !u.search ? "/" : "/…"}`;
+  } catch {
+    return "(not a URL)";
+  }
+}
+
+/** "failure", "success" or "failure and success" of a notify target's `on`. */
+export function outcomesWords(on) {
+  const set = new Set(on ?? ["failure"]);
+  return ["failure", "success"].filter((o) => set.has(o)).join(" and ");
+}
+
+/** The marks of a run that is a replay or a backfill (a chip after its trigger), or null. */
+export function runKind(run) {
+  if (run.replayOf) return h("span", { class: "kind kind-replay", title: `replays ${run.replayOf}` }, "replay");
+  if (run.backfill) return h("span", { class: "kind kind-backfill", title: "created by a backfill for a past occurrence" }, "backfill");
+  return null;
+}

@@ -1,6 +1,8 @@
 // Job: its spec, its next fire times, its runs, and the controls, updated live.
-import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
-import { badge, h, inZone, jobZone, scheduleWords, shortId, when } from "./format.js";
+import { api, LiveFeed, loadFresh, serialized, TERMINAL, tokenUser } from "./api.js";
+import { badge, h, inZone, jobZone, outcomesWords, runKind, scheduleWords, shortId, webhookTarget, when } from "./format.js";
+import { labelChips } from "./labels.js";
+import { backfillSection } from "./backfill.js";
 import { confirmAction, liveState, navigate } from "./shell.js";
 
 const ACTIONS = [
@@ -17,9 +19,41 @@ function value(v) {
   return String(v);
 }
 
-function spec(job) {
+/** A webhook target in words: where (host only), on which outcomes, signed or not. */
+export function notifyWords(target) {
+  return h(
+    "span",
+    { class: "notify" },
+    `on ${outcomesWords(target.on)} → `,
+    h("span", { class: "mono", title: "path and query hidden: receivers often carry their token there" }, webhookTarget(target.url)),
+    target.hasSecret ? " · signed (the secret is never shown)" : " · unsigned",
+  );
+}
+
+function notifyCell(job, fallback) {
+  if (job.notify) return notifyWords(job.notify);
+  if (fallback === undefined) return h("span", { class: "muted" }, "none on this job: the owner's default webhook applies, if set");
+  if (fallback === null) return h("span", { class: "muted" }, "none (no webhook on this job and no default of yours)");
+  return h("span", {}, notifyWords(fallback), h("span", { class: "muted" }, " (your default: the job sets none)"));
+}
+
+function concurrencyWords(job) {
+  if (!job.concurrencyKey) return h("span", { class: "muted" }, "no limit");
+  const policy = job.concurrencyPolicy === "skip" ? "skip (a run finding every slot taken ends SKIPPED)" : "queue (waits for a slot, in order)";
+  return h(
+    "span",
+    {},
+    "key ",
+    h("code", {}, job.concurrencyKey),
+    `, at most ${job.maxConcurrent} at once, policy ${policy}`,
+  );
+}
+
+function spec(job, defaultNotify) {
   const s = job.schedule;
   const rows = [
+    ["Name", job.name],
+    ["Labels", labelChips(job.labels) ?? h("span", { class: "muted" }, "none")],
     ["Task", job.taskId],
     ["Schedule", scheduleWords(s)],
     ["Schedule (as sent)", s],
@@ -29,6 +63,8 @@ function spec(job) {
     ["Timeout", `${job.timeoutSeconds} s`],
     ["Misfire policy", `${job.misfirePolicy} (grace ${job.misfireGraceSeconds} s, catch-up at most ${job.maxCatchUp})`],
     ["Overlap policy", job.overlapPolicy],
+    ["Concurrency", concurrencyWords(job)],
+    ["Notifications", notifyCell(job, defaultNotify)],
     ["Start / end", s.startAt || s.endAt ? `${inZone(s.startAt)} → ${inZone(s.endAt)}` : null],
     ["Jitter", s.jitterSeconds ? `${s.jitterSeconds} s` : null],
     ["History kept", `${job.historyLimit ?? "the deployment's default number of"} finished runs, for ${job.historyMaxAgeSeconds === null ? "the deployment's default age" : `${job.historyMaxAgeSeconds} s`}`],
@@ -90,6 +126,8 @@ function upcomingTable(times, zone, marks = []) {
   );
 }
 
+const recurring = (job) => job.schedule.type === "cron" || job.schedule.type === "interval";
+
 function reason(run) {
   if (run.status !== "SKIPPED") return run.error ?? "";
   const missed = run.missed ? ` — ${run.missed.count} missed (${inZone(run.missed.first)} … ${inZone(run.missed.last)}), policy ${run.missed.policy}` : "";
@@ -111,7 +149,7 @@ function runsTable(job, runs) {
           "tr",
           { id: `run-${r.id}`, dataset: { status: r.status } },
           h("td", {}, h("a", { href: `/ui/jobs/${encodeURIComponent(job.id)}/runs/${encodeURIComponent(r.id)}`, class: "t" }, inZone(r.scheduledFor, zone))),
-          h("td", {}, r.trigger),
+          h("td", { class: "trigger" }, r.trigger, runKind(r)),
           h("td", { class: "status" }, badge(r.status)),
           h("td", { class: "num" }, `${r.attempt}/${r.maxAttempts}`),
           h("td", { class: "t" }, r.startedAt ? inZone(r.startedAt, zone) : "—"),
@@ -133,7 +171,9 @@ export function renderJob(main, jobId) {
   const upcoming = h("section", { "aria-labelledby": "upcoming-title" }, h("h2", { id: "upcoming-title" }, "Next 10 fire times"), h("div", { id: "upcoming-body" }));
   const history = h("section", { "aria-labelledby": "runs-title" }, h("h2", { id: "runs-title" }, "Runs"), h("div", { id: "runs-body" }), h("nav", { class: "pager", id: "runs-pager" }));
   const specBox = h("section", { "aria-labelledby": "spec-title" }, h("h2", { id: "spec-title" }, "Spec"), h("div", { id: "spec-body" }));
-  main.append(h("p", {}, h("a", { href: "/ui/" }, "« Jobs")), title, head, controls, message, h("div", { class: "columns" }, specBox, upcoming), history);
+  const backfill = backfillSection(base, () => job, () => refresh());
+  backfill.hidden = true;
+  main.append(h("p", {}, h("a", { href: "/ui/" }, "« Jobs")), title, head, controls, message, h("div", { class: "columns" }, specBox, upcoming), backfill, history);
 
   let stopped = false;
   let job = null;
@@ -175,11 +215,16 @@ export function renderJob(main, jobId) {
   async function loadJob() {
     job = await api(base);
     if (stopped) return;
-    title.textContent = `${job.taskId}`;
-    title.append(" ", h("span", { class: "muted mono" }, shortId(job.id)));
+    // the owner's default webhook applies to a job without one; only the owner can read it
+    const fallback = job.notify || job.owner !== tokenUser() ? undefined : (await api("/me/notifications").catch(() => ({ notify: undefined }))).notify;
+    if (stopped) return;
+    title.textContent = job.name ?? job.taskId;
+    title.append(" ", h("span", { class: "muted mono" }, job.name ? `${job.taskId} · ${shortId(job.id)}` : shortId(job.id)));
     head.replaceChildren(summary(job));
-    document.getElementById("spec-body").replaceChildren(spec(job));
+    document.getElementById("spec-body").replaceChildren(spec(job, fallback));
     showControls();
+    backfill.hidden = !recurring(job);
+    document.getElementById("backfill-policy").options[0].textContent = `the job's (${job.overlapPolicy})`;
     const next = job.nextRunAt ? await api(`${base}/upcoming?count=10`) : { fireTimes: [], marks: [] };
     if (!stopped) document.getElementById("upcoming-body").replaceChildren(upcomingTable(next.fireTimes, jobZone(job), next.marks ?? []));
   }

@@ -1,12 +1,14 @@
 // Jobs: the user's jobs, filtered by the URL's query, a page at a time, updated live.
 import { api, LiveFeed, loadFresh, serialized, TERMINAL, tokenRole } from "./api.js";
 import { badge, h, jobZone, scheduleWords, shortId, when } from "./format.js";
+import { labelChips, selectorMatches } from "./labels.js";
 import { liveState, navigate } from "./shell.js";
 
 const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"];
 const RUN_STATUSES = ["QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"];
-const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId", createdFrom: "startTime", createdTo: "endTime", allUsers: "allUsers" };
+const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId", name: "name", labels: "labels", createdFrom: "startTime", createdTo: "endTime", allUsers: "allUsers" };
 // URL query name → API query name. The URL keeps the dashboard's names so a link reads well.
+const FILTERS_BY_API = Object.fromEntries(Object.entries(FILTERS).map(([url, api]) => [api, url]));
 
 function apiQuery(params) {
   const q = new URLSearchParams();
@@ -41,7 +43,15 @@ function row(job, showOwner = false) {
   return h(
     "tr",
     { id: `job-${job.id}`, dataset: { jobId: job.id } },
-    h("td", {}, h("a", { href }, job.taskId), h("div", { class: "muted mono" }, shortId(job.id)), showOwner ? h("div", { class: "muted owner" }, `owner ${job.owner}`) : null),
+    h(
+      "td",
+      { class: "job" },
+      h("a", { href }, job.name ?? job.taskId),
+      job.name ? h("div", { class: "muted task" }, `task ${job.taskId}`) : null,
+      h("div", { class: "muted mono" }, shortId(job.id)),
+      showOwner ? h("div", { class: "muted owner" }, `owner ${job.owner}`) : null,
+    ),
+    h("td", { class: "labels" }, labelChips(job.labels) ?? h("span", { class: "muted" }, "—")),
     h("td", { class: "schedule" }, scheduleWords(job.schedule)),
     h("td", { class: "status" }, badge(job.status)),
     h("td", { class: "next" }, when(job.nextRunAt, zone)),
@@ -65,7 +75,9 @@ function matches(job, params) {
     (!to || new Date(job.createdAt) < new Date(day(to))) &&
     (!params.get("status") || job.status === params.get("status")) &&
     (!params.get("lastRunStatus") || job.lastRunStatus === params.get("lastRunStatus")) &&
-    (!params.get("task") || job.taskId === params.get("task"))
+    (!params.get("task") || job.taskId === params.get("task")) &&
+    (!params.get("name") || job.name === params.get("name")) &&
+    (!params.get("labels") || selectorMatches(params.get("labels"), job.labels))
   );
 }
 
@@ -93,14 +105,34 @@ export function renderJobs(main, params) {
       h("select", { name: "task", id: "filter-task" }, h("option", { value: "" }, "any"),
         params.get("task") ? h("option", { value: params.get("task"), selected: true }, params.get("task")) : null),
     ),
+    h("label", {}, "Name ", h("input", { type: "text", name: "name", id: "filter-name", value: params.get("name") ?? "", spellcheck: "false", autocomplete: "off", size: 16 })),
+    h(
+      "label",
+      {},
+      "Labels ",
+      h("input", {
+        type: "text",
+        name: "labels",
+        id: "filter-labels",
+        value: params.get("labels") ?? "",
+        placeholder: "team=billing,env!=dev",
+        title: "A label selector, Kubernetes syntax: key=value, key!=value, key in (a,b), key notin (a,b), key, !key; commas join them (all must hold)",
+        spellcheck: "false",
+        autocomplete: "off",
+        size: 24,
+        "aria-describedby": "filter-labels-error",
+      }),
+    ),
     h("label", {}, "Created from ", h("input", { type: "date", name: "createdFrom", id: "filter-createdFrom", value: params.get("createdFrom") ?? "" })),
     h("label", {}, "before ", h("input", { type: "date", name: "createdTo", id: "filter-createdTo", value: params.get("createdTo") ?? "" })),
     tokenRole() === "admin"
       ? h("label", {}, h("input", { type: "checkbox", name: "allUsers", id: "filter-allUsers", value: "true", checked: params.get("allUsers") === "true" }), " All users")
       : null,
-    h("button", { type: "submit" }, "Apply"),
+    h("button", { type: "submit", id: "filter-apply" }, "Apply"),
     h("a", { href: "/ui/", class: "button-link" }, "Clear"),
   );
+  // A filter the API refuses (422: a selector that does not parse) is shown here, by its field.
+  const filterError = h("p", { class: "error", role: "alert", id: "filter-labels-error" });
   const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id or idempotency key", spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
   const found = h("span", { id: "job-search-result", role: "status", class: "muted" });
   const finder = h(
@@ -137,13 +169,19 @@ export function renderJobs(main, params) {
       const v = el.type === "checkbox" ? (el.checked ? "true" : "") : el.value;
       if (v) q.set(name, v);
     }
+    const focused = document.activeElement?.id;
     navigate(`/ui/${q.toString() ? `?${q}` : ""}`);
+    if (focused) document.getElementById(focused)?.focus(); // the new view's same control
   });
-  form.addEventListener("change", () => form.requestSubmit());
+  // a choice applies at once; typed text on Enter (or Apply), not when focus leaves it
+  form.addEventListener("change", (e) => {
+    if (e.target.type !== "text") form.requestSubmit();
+  });
   main.append(
     h("h1", {}, "Jobs"),
     finder,
     form,
+    filterError,
     h(
       "table",
       { class: "grid", id: "jobs" },
@@ -151,7 +189,7 @@ export function renderJobs(main, params) {
       h(
         "thead",
         {},
-        h("tr", {}, ["Task", "Schedule", "Status", "Next run", "Last run", "Runs"].map((t) => h("th", { scope: "col" }, t))),
+        h("tr", {}, ["Job", "Labels", "Schedule", "Status", "Next run", "Last run", "Runs"].map((t) => h("th", { scope: "col" }, t))),
       ),
       tbody,
     ),
@@ -177,6 +215,8 @@ export function renderJobs(main, params) {
   async function load() {
     const page = await api(`/jobs?${apiQuery(params)}`);
     if (stopped) return;
+    filterError.textContent = "";
+    form.elements.labels.removeAttribute("aria-invalid");
     tbody.replaceChildren(...page.items.map((j) => row(j, everyone)));
     count();
     const links = [];
@@ -232,6 +272,16 @@ export function renderJobs(main, params) {
 
   function show() {
     load().catch((e) => {
+      if (stopped) return;
+      const fields = e.status === 422 ? (e.errors ?? []).filter((f) => f.field in FILTERS_BY_API) : [];
+      if (fields.length) {
+        // the API's problem detail, next to the filter it names; the table stays empty
+        filterError.textContent = fields.map((f) => `${FILTERS_BY_API[f.field]}: ${f.reason}`).join("; ");
+        for (const f of fields) form.elements[FILTERS_BY_API[f.field]]?.setAttribute("aria-invalid", "true");
+        tbody.replaceChildren();
+        status.textContent = "No jobs shown: fix the filter.";
+        return;
+      }
       status.textContent = `Cannot load the jobs: ${e.message}`;
       status.classList.add("error");
     });

@@ -1,6 +1,6 @@
 // Run: one execution's attempts, worker, error and result, updated live.
 import { api, LiveFeed, loadFresh, serialized, TERMINAL } from "./api.js";
-import { badge, between, duration, h, inZone, jobZone } from "./format.js";
+import { badge, between, duration, h, inZone, jobZone, runKind, shortId, webhookTarget } from "./format.js";
 import { liveState } from "./shell.js";
 
 function field(name, v) {
@@ -52,6 +52,81 @@ function attemptsTable(run, zone) {
   );
 }
 
+const AUDIT_PAGES = 5;
+const AUDIT_PAGE = 100;
+
+/**
+ * The replays of run `executionId`, from the job's audit trail (a `replayed` record names the
+ * new run and the one it replays), newest first: `{ items, complete }`, where `complete` is
+ * false when the trail is longer than the AUDIT_PAGES × AUDIT_PAGE records read.
+ */
+async function replaysOf(base, executionId) {
+  const items = [];
+  let cursor = null;
+  for (let i = 0; i < AUDIT_PAGES; i++) {
+    const q = new URLSearchParams({ limit: String(AUDIT_PAGE) });
+    if (cursor) q.set("cursor", cursor);
+    const page = await api(`${base}/audit?${q}`);
+    items.push(...page.items.filter((r) => r.action === "replayed" && r.replayOf === executionId && r.executionId));
+    cursor = page.nextCursor;
+    if (!cursor) return { items, complete: true };
+  }
+  return { items, complete: false };
+}
+
+function runLink(jobId, id, text) {
+  return h("a", { href: `/ui/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(id)}`, class: "mono" }, text ?? shortRunId(id));
+}
+
+/** A run id without its job id prefix ("<job id>:<time>" → "…:<time>"). */
+function shortRunId(id) {
+  const i = id.indexOf(":");
+  return i > 0 ? `…${id.slice(i)}` : shortId(id);
+}
+
+function kindField(jobId, run) {
+  if (run.replayOf) return field("Replay of", h("span", { id: "replay-of" }, runKind(run), " ", runLink(jobId, run.replayOf)));
+  if (run.backfill) return field("Backfill", h("span", { id: "backfill-mark" }, runKind(run), " created by a backfill for this past occurrence"));
+  return null;
+}
+
+function replaysField(jobId, replays, zone) {
+  if (!replays) return null; // the trail could not be read
+  const list = replays.items.length
+    ? h("ul", { class: "plain", id: "replays" }, replays.items.map((r) => h("li", {}, runLink(jobId, r.executionId), h("span", { class: "muted" }, ` by ${r.actor}, ${inZone(r.at, zone)}`))))
+    : h("span", { class: "muted", id: "replays" }, "none");
+  return field("Replays", [list, replays.complete ? null : h("div", { class: "muted" }, `(from the job's latest ${AUDIT_PAGES * AUDIT_PAGE} audit records)`)]);
+}
+
+function notificationsTable(attempts, zone) {
+  if (!attempts) return h("p", { class: "muted", id: "notifications" }, "The notification attempts cannot be read.");
+  if (!attempts.length) return h("p", { class: "muted", id: "notifications" }, "No webhook notification was sent for this run (none asked for its outcome, or not yet).");
+  return h(
+    "table",
+    { class: "grid", id: "notifications" },
+    h("thead", {}, h("tr", {}, ["#", "At", "Result", "HTTP status", "Error", "Took", "Next attempt", "To", "Event"].map((t) => h("th", { scope: "col" }, t)))),
+    h(
+      "tbody",
+      {},
+      attempts.map((a) =>
+        h(
+          "tr",
+          { dataset: { ok: String(a.ok) } },
+          h("td", { class: "num" }, String(a.attempt)),
+          h("td", { class: "t" }, inZone(a.at, zone)),
+          h("td", {}, h("span", { class: `badge ${a.ok ? "s-succeeded" : "s-failed"}` }, a.ok ? "delivered" : "failed")),
+          h("td", { class: "num" }, a.statusCode === null ? "—" : String(a.statusCode)),
+          h("td", { class: "error" }, a.error ?? ""),
+          h("td", {}, duration(a.durationMs / 1000)),
+          h("td", { class: "t" }, a.nextAttemptAt ? inZone(a.nextAttemptAt, zone) : "—"),
+          h("td", { class: "mono", title: "path and query hidden" }, webhookTarget(a.url)),
+          h("td", { class: "mono" }, a.eventType),
+        ),
+      ),
+    ),
+  );
+}
+
 export function renderRun(main, jobId, executionId) {
   const base = `/jobs/${encodeURIComponent(jobId)}`;
   const title = h("h1", {}, "Run");
@@ -61,7 +136,13 @@ export function renderRun(main, jobId, executionId) {
   let latest = null;
 
   async function load() {
-    const [job, run] = await Promise.all([api(base), api(`${base}/executions/${encodeURIComponent(executionId)}`)]);
+    const runPath = `${base}/executions/${encodeURIComponent(executionId)}`;
+    const [job, run, replays, attempts] = await Promise.all([
+      api(base),
+      api(runPath),
+      replaysOf(base, executionId).catch(() => null),
+      api(`${runPath}/notifications`).then((p) => p.items, () => null),
+    ]);
     if (stopped) return run;
     const zone = jobZone(job);
     title.textContent = `Run of ${job.taskId} `;
@@ -72,6 +153,8 @@ export function renderRun(main, jobId, executionId) {
         { class: "summary", id: "run-summary" },
         field("Status", badge(run.status)),
         field("Trigger", run.trigger),
+        kindField(jobId, run),
+        replaysField(jobId, replays, zone),
         field("Scheduled for", zone === "UTC" ? inZone(run.scheduledFor) : `${inZone(run.scheduledFor)} · ${inZone(run.scheduledFor, zone)}`),
         field("Delay to start", run.startedAt ? duration(between(run.scheduledFor, run.startedAt)) : null),
         field("Attempt", `${run.attempt} of ${run.maxAttempts}`),
@@ -86,6 +169,8 @@ export function renderRun(main, jobId, executionId) {
       timeline(run, zone),
       h("h2", {}, "Attempts"),
       attemptsTable(run, zone),
+      h("h2", {}, "Webhook notification"),
+      notificationsTable(attempts, zone),
     );
     return run;
   }
