@@ -219,13 +219,19 @@ def _ready_banner(url: str, data: Path, nats_url: str) -> str:
     default = data.resolve() == Path("data").resolve()
     where = " in this directory" if default else ""
     data_arg = "" if default else f" --data-dir {shlex.quote(str(data.resolve()))}"
+    finds = (
+        f"in this directory the CLI finds this server and its token in {data / DEV_FILE}"
+        if default
+        else "after the eval line the CLI finds this server and its token"
+    )
     return f"""
 jobsched dev is ready
   API       {url}
-  Dashboard {url}/ui/  (sign in with the token: `{me} dev-env` prints it as TOKEN)
+  Dashboard {url}/ui/  (sign in with the token `{me} dev-env --token{data_arg}` prints)
   NATS      {nats_url}  (authenticated: NATS-API clients connect with the token)
   data dir  {data}
   token     a 30-day token of user "dev" is in {data / DEV_FILE} (0600)
+  admin     `{me} token --user root --role admin{data_arg}` prints an admin's token (Cluster page)
 
 Try, in another terminal{where}:
   eval "$({me} dev-env{data_arg})"   # sets URL, TOKEN, NATS_URL, … and JOBSCHED_DATA_DIR
@@ -233,7 +239,7 @@ Try, in another terminal{where}:
        -d '{{"taskId": "noop"}}' $URL/jobs
   {me} submit generate_report --param reportType=sales --param region=eu-west
   {me} list
-(the CLI finds this server and its token in {data / DEV_FILE}; Ctrl-C stops)
+({finds}; Ctrl-C stops)
 """
 
 
@@ -302,14 +308,21 @@ def _service(roles: Roles) -> None:
     show_default=True,
     help="the running `jobsched dev`'s data directory (env: JOBSCHED_DATA_DIR)",
 )
-def dev_env(data_dir: Path) -> None:
+@click.option(
+    "--token",
+    "token_only",
+    is_flag=True,
+    help="print only the token (to paste into the dashboard's sign-in box)",
+)
+def dev_env(data_dir: Path, token_only: bool) -> None:
     """Print shell exports of the running `jobsched dev`: URL, TOKEN, NATS_URL and
     NATS_INBOX_PREFIX (a NATS-API client connects with the token as its NATS token and may read
     replies on that inbox prefix only).
 
     Use as `eval "$(jobsched dev-env)"` in the directory where `jobsched dev` runs, or with
     `--data-dir` (JOBSCHED_DATA_DIR) naming its data directory. It also exports
-    JOBSCHED_DATA_DIR, so the other commands find the same server.
+    JOBSCHED_DATA_DIR, so the other commands find the same server. `--token` prints the token
+    alone.
     """
     dev_file = data_dir / DEV_FILE
     try:
@@ -318,6 +331,9 @@ def dev_env(data_dir: Path) -> None:
         raise click.ClickException(
             f"{dev_file} not found: start `jobsched dev` first (or pass its --data-dir)"
         ) from None
+    if token_only:
+        click.echo(info["token"])
+        return
     names = {
         "URL": "url",
         "TOKEN": "token",

@@ -131,14 +131,8 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         try:
             with _translated():
                 writer = await self._connect()
-                await writer.executescript(
-                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + SCHEMA
-                )
-                await self._migrate(writer)
-                await writer.executescript(TENANCY_SCHEMA)
-                await writer.executescript(NOTIFICATION_SCHEMA)
-                await writer.executescript(RUNS_SCHEMA)
-                await writer.executescript(STATS_SCHEMA)
+                await self._wal(writer)
+                await self._create_schema(writer)
                 reader = await self._connect()
         except BaseException:
             for conn in (reader, writer):
@@ -147,8 +141,58 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             raise
         self._writer, self._reader = writer, reader
 
+    async def _wal(self, conn: aiosqlite.Connection) -> None:
+        """Switch the file to WAL (once per file; a no-op after). The switch takes an exclusive
+        lock and SQLite calls no busy handler for it: another process opening the same new file
+        at that moment makes it fail with "database is locked", so it is retried, within the
+        busy timeout."""
+        deadline = asyncio.get_running_loop().time() + self._busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                await conn.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or asyncio.get_running_loop().time() >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    @classmethod
+    async def _create_schema(cls, conn: aiosqlite.Connection) -> None:
+        """Create the tables and indexes and migrate an older database, as one transaction under
+        SQLite's write lock (``BEGIN IMMEDIATE``): processes opening a new file at the same time
+        (compose's services, ``jobsched dev`` and a CLI) wait for each other within the busy
+        timeout instead of racing between a column check and its ``ALTER TABLE``.
+
+        The scripts run statement by statement: ``executescript`` would commit first."""
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            await cls._script(conn, SCHEMA)
+            await cls._migrate(conn)
+            for script in (TENANCY_SCHEMA, NOTIFICATION_SCHEMA, RUNS_SCHEMA, STATS_SCHEMA):
+                await cls._script(conn, script)
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+
     @staticmethod
-    async def _migrate(conn: aiosqlite.Connection) -> None:
+    async def _script(conn: aiosqlite.Connection, script: str) -> None:
+        """Each complete SQL statement of ``script`` (triggers included: ``sqlite3``'s own
+        statement splitter), in the open transaction."""
+        statement = ""
+        for part in script.split(";"):
+            statement += part + ";"
+            if sqlite3.complete_statement(statement):
+                if statement.strip(" \t\n;"):
+                    await conn.execute(statement)
+                statement = ""
+        if statement.strip(" \t\n;"):
+            raise ValueError(f"incomplete SQL statement in a schema script: {statement!r}")
+
+    @classmethod
+    async def _migrate(cls, conn: aiosqlite.Connection) -> None:
         for table, column, kind in MIGRATIONS:
             info = await conn.execute_fetchall(f"PRAGMA table_xinfo({table})")  # generated too
             if column not in {r[1] for r in info}:
@@ -156,11 +200,11 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
                 fill = MIGRATION_FILLS.get((table, column))
                 if fill is not None:
                     await conn.execute(fill)
-        await conn.executescript(INDEXES_AFTER_MIGRATIONS)
+        await cls._script(conn, INDEXES_AFTER_MIGRATIONS)
         had_labels = await conn.execute_fetchall(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_labels'"
         )
-        await conn.executescript(LABELS_SCHEMA)
+        await cls._script(conn, LABELS_SCHEMA)
         if not had_labels:
             await conn.execute(LABELS_BACKFILL)
 

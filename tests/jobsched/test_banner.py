@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from jobsched.cli import _ready_banner, _self_command
+from jobsched.cli import _ready_banner, _self_command, main
 
 
 def _script(tmp_path: Path) -> Path:
@@ -67,3 +69,22 @@ def test_the_banner_names_the_api_and_the_dashboard_but_no_secret() -> None:
     assert "/srv/data/dev.json" in banner  # where the token is, not the token
     # not the default ./data: the eval line names the data dir, so it works from anywhere
     assert 'dev-env --data-dir /srv/data)"' in banner and "in this directory" not in banner
+
+
+def test_the_banner_says_how_to_get_the_sign_in_and_admin_tokens() -> None:
+    banner = _ready_banner("http://127.0.0.1:8080", Path("/srv/data"), "nats://127.0.0.1:4333")
+    assert "dev-env --token --data-dir /srv/data` prints" in banner
+    assert "token --user root --role admin --data-dir /srv/data`" in banner
+    # outside the default data dir, the CLI finds the server only through the eval line
+    assert "after the eval line the CLI finds this server" in banner
+
+
+def test_dev_env_token_prints_the_token_alone(tmp_path: Path) -> None:
+    (tmp_path / "dev.json").write_text(
+        json.dumps({"url": "http://127.0.0.1:1", "token": "abc.def.ghi", "nats": "nats://x"})
+    )
+    result = CliRunner().invoke(main, ["dev-env", "--token", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output == "abc.def.ghi\n"
+    exports = CliRunner().invoke(main, ["dev-env", "--data-dir", str(tmp_path)])
+    assert exports.output.startswith("export URL=") and "TOKEN=abc.def.ghi" in exports.output

@@ -453,3 +453,18 @@ async def test_list_jobs_by_idempotency_key_walks_the_key_index(tmp_path: Path) 
     )
     conn.close()
     assert "jobs_owner_idempotency_key (owner=? AND idempotency_key=?)" in plan, plan
+
+
+async def test_processes_opening_a_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two processes (compose's scheduler and gateway, `jobsched dev` and a CLI) opening a fresh
+    file at the same moment: the schema and its migrations are created once, under SQLite's
+    write lock, and neither open fails ("duplicate column name" before)."""
+    for attempt in range(8):
+        path = tmp_path / f"race-{attempt}.db"
+        stores = [SqliteStore(path) for _ in range(3)]
+        try:
+            await asyncio.gather(*(s.open() for s in stores))
+            assert [await s.get_jobs(["nope"]) for s in stores] == [[], [], []]
+        finally:
+            for s in stores:
+                await s.close()

@@ -235,6 +235,7 @@ async def test_a_bad_token_is_refused_and_sign_out_forgets_it(
     assert await tab.page.evaluate("sessionStorage.length") == 0
     await tab.page.get_by_label("Bearer token").fill("not-a-token")
     await tab.page.keyboard.press("Enter")  # the form works from the keyboard
-    await expect(tab.page.get_by_role("alert")).to_contain_text("Not accepted")
+    await expect(tab.page.get_by_role("alert")).to_contain_text("This token is not accepted")
+    await expect(tab.page.get_by_role("navigation", name="Pages")).to_be_hidden()
     await tab.screenshot("sign-in")
     assert "not-a-token" not in tab.page.url

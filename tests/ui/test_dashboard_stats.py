@@ -44,7 +44,7 @@ async def test_the_overview_shows_the_last_hour_of_the_users_runs(
     await expect(chart).to_be_visible()
     await expect(page.locator("#per-minute rect.bar-succeeded")).to_have_count(1)
     await expect(page.locator("#per-minute rect.bar-failed")).to_have_count(0)  # bob's
-    await page.get_by_text("minutes with finished runs, as a table").press("Enter")
+    await page.get_by_text("1 minute with finished runs, as a table").press("Enter")
     await expect(page.locator("#per-minute-table tbody tr")).to_have_count(1)
     await tab.live()
 

@@ -36,8 +36,8 @@ function signInForm(message) {
       h("code", {}, "jobsched token --user NAME"),
       ", or under ",
       h("code", {}, "jobsched dev"),
-      " the TOKEN that ",
-      h("code", {}, "jobsched dev-env"),
+      " the one ",
+      h("code", {}, "jobsched dev-env --token"),
       " prints. It is kept in this tab only (sessionStorage) and sent as an Authorization header.",
     ),
     h("button", { type: "submit", class: "primary" }, "Sign in"),
@@ -49,7 +49,9 @@ function signInForm(message) {
     try {
       await api("/jobs?limit=1", { tokenValue: value });
     } catch (err) {
-      error.textContent = err instanceof ApiError && err.status === 401 ? `Not accepted: ${err.message}` : `Cannot check the token: ${err.message}`;
+      error.textContent = err instanceof ApiError && err.status === 401
+        ? `This token is not accepted (${err.message}). Paste the whole token: three parts separated by dots.`
+        : `Cannot check the token: ${err.message}`;
       input.focus();
       return;
     }
@@ -63,6 +65,8 @@ function header() {
   const user = token() ? tokenUser() : null;
   document.getElementById("who").textContent = user ? `signed in as ${user}` : "";
   document.getElementById("sign-out").hidden = !user;
+  // Signed out, the pages are not reachable: no links to them.
+  document.querySelector(".top nav").hidden = !user;
   document.getElementById("nav-cluster").hidden = !user || tokenRole() !== "admin";
   const here = location.pathname.replace(/^\/ui\/?/, "").split("/")[0] || "jobs";
   for (const a of document.querySelectorAll(".top nav a")) {

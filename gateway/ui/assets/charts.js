@@ -36,9 +36,10 @@ export function stackedBars({ bars, series, name, id, width = 900, height = 220,
   const max = niceMax(Math.max(0, ...totals));
   const bw = plotW / Math.max(1, bars.length);
   const y = (v) => top + plotH - (v / max) * plotH;
-  const grid = (max >= 2 ? [0, max / 2, max] : [0, max]).map((v) =>
+  // Gridlines at whole counts only: a middle line at 2.5 labelled "3" misreads every bar.
+  const grid = (max >= 2 && max % 2 === 0 ? [0, max / 2, max] : [0, max]).map((v) =>
     s("g", {}, s("line", { x1: left, x2: width - 4, y1: y(v), y2: y(v), class: "grid-line" }),
-      s("text", { x: left - 6, y: y(v) + 4, class: "axis", "text-anchor": "end" }, String(Math.round(v)))));
+      s("text", { x: left - 6, y: y(v) + 4, class: "axis", "text-anchor": "end" }, String(v))));
   const marks = bars.map((b, i) => {
     let acc = 0;
     const x = left + i * bw + 1;
@@ -75,5 +76,6 @@ export function hbars({ rows, name, id, width = 600 }) {
       parts,
       s("text", { x: left + (acc / max) * plotW + 6, y: yy + rowH / 2, class: "axis" }, String(acc)));
   });
-  return s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": name, id, class: "chart" }, s("title", {}, name), g);
+  // Drawn at its own width at most (class chart-h): stretched, its labels outgrow the page's text.
+  return s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": name, id, class: "chart chart-h" }, s("title", {}, name), g);
 }

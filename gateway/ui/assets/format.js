@@ -48,7 +48,8 @@ export function relative(iso, now = Date.now()) {
   if (a < 60) text = `${a} s`;
   else if (a < 3600) text = `${Math.round(a / 60)} min`;
   else if (a < 86400 * 2) text = `${Math.round(a / 3600)} h`;
-  else text = `${Math.round(a / 86400)} d`;
+  else if (a < 86400 * 365 * 2) text = `${Math.round(a / 86400)} d`;
+  else text = `${Math.round(a / (86400 * 365.25))} years`;
   return a < 1 ? "now" : s > 0 ? `in ${text}` : `${text} ago`;
 }
 

@@ -30,7 +30,7 @@ function minutesTable(data) {
   return h(
     "details",
     { id: "per-minute-table" },
-    h("summary", {}, `The ${busy.length} minutes with finished runs, as a table`),
+    h("summary", {}, `The ${busy.length} minute${busy.length === 1 ? "" : "s"} with finished runs, as a table`),
     h(
       "table",
       { class: "grid" },
@@ -48,9 +48,9 @@ function view(data) {
   const tiles = h(
     "div",
     { class: "tiles" },
-    tile("tile-finished", "Runs finished", String(finished), `${t.SUCCEEDED} succeeded · ${t.FAILED} failed · ${t.CANCELLED} cancelled · ${t.SKIPPED} skipped`),
+    tile("tile-finished", "Runs finished", finished.toLocaleString("en"), `${t.SUCCEEDED} succeeded · ${t.FAILED} failed · ${t.CANCELLED} cancelled · ${t.SKIPPED} skipped`),
     tile("tile-failure-rate", "Failure rate", rate, "failed / (succeeded + failed)"),
-    tile("tile-delay", "Schedule → start p50", ms(d.p50Ms), `p95 ${ms(d.p95Ms)} · p99 ${ms(d.p99Ms)} · max ${ms(d.maxMs)} · ${d.runs} runs`),
+    tile("tile-delay", "Schedule → start p50", ms(d.p50Ms), `p95 ${ms(d.p95Ms)} · p99 ${ms(d.p99Ms)} · max ${ms(d.maxMs)} · ${d.runs.toLocaleString("en")} run${d.runs === 1 ? "" : "s"}`),
   );
   const bars = data.minutes.map((m) => ({
     label: time(m.at),

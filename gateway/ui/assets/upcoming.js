@@ -26,13 +26,21 @@ function localCell(iso, zone) {
   return [text.slice(0, 10), Number(text.slice(11, 13))];
 }
 
-function level(n, max) {
+/**
+ * A cell's shade, 0 (no fire time) to LEVELS: scaled from the fewest fire times of any non-empty
+ * hour to the most, so an every-minute job (60 in every hour) does not paint every cell alike
+ * and hide the hours where other jobs add up.
+ */
+function level(n, min, max) {
   if (!n) return 0;
-  return Math.max(1, Math.ceil((n / max) * LEVELS));
+  if (max === min) return LEVELS;
+  return Math.max(1, Math.ceil(((n - min) / (max - min)) * LEVELS));
 }
 
 function heatTable(data) {
-  const max = Math.max(1, ...data.days.flatMap((d) => d.hours));
+  const counts = data.days.flatMap((d) => d.hours).filter((n) => n > 0);
+  const max = Math.max(1, ...counts);
+  const min = counts.length ? Math.min(...counts) : 1;
   const marked = new Map();
   for (const m of data.marks) {
     const key = localCell(m.at, data.timezone).join(" ");
@@ -42,7 +50,7 @@ function heatTable(data) {
   return h(
     "table",
     { class: "heat", id: "heatmap" },
-    h("caption", {}, `Fire times per hour, ${data.timezone} wall clock; darker = more. `, h("span", { class: "dst-key" }, "◆"), " a DST change."),
+    h("caption", {}, `Fire times per hour, ${data.timezone} wall clock; lightest = ${min.toLocaleString("en")}, darkest = ${max.toLocaleString("en")}. `, h("span", { class: "dst-key" }, "◆"), " a DST change."),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), Array.from({ length: 24 }, (_, i) => h("th", { scope: "col", class: "hour" }, String(i).padStart(2, "0"))))),
     h(
       "tbody",
@@ -55,7 +63,7 @@ function heatTable(data) {
           d.hours.map((n, hour) => {
             const marks = marked.get(`${d.date} ${hour}`);
             const title = `${d.date} ${String(hour).padStart(2, "0")}:00 ${data.timezone}: ${n} fire time${n === 1 ? "" : "s"}${marks ? ` — DST: ${marks.map((m) => m.kind).join(", ")}` : ""}`;
-            return h("td", { class: `l${level(n, max)}${marks ? " dst" : ""}`, title, dataset: { hour: String(hour), fires: String(n) } }, marks ? "◆" : n ? h("span", { class: "visually-hidden" }, String(n)) : null);
+            return h("td", { class: `l${level(n, min, max)}${marks ? " dst" : ""}`, title, dataset: { hour: String(hour), fires: String(n) } }, marks ? "◆" : n ? h("span", { class: "visually-hidden" }, String(n)) : null);
           }),
         ),
       ),
@@ -138,7 +146,9 @@ export function renderUpcoming(main, params) {
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     const q = new URLSearchParams(params);
-    q.set("timezone", input.value.trim() || "UTC");
+    // Zone names are case-sensitive (IANA): take the listed spelling of what was typed.
+    const typed = input.value.trim() || "UTC";
+    q.set("timezone", ["UTC", ...zones].find((z) => z.toLowerCase() === typed.toLowerCase()) ?? typed);
     navigate(`/ui/upcoming?${q}`);
   });
   main.append(h("h1", {}, "Upcoming"), form, status, body);
@@ -150,7 +160,7 @@ export function renderUpcoming(main, params) {
     .then((data) => {
       if (stopped) return;
       const busiest = data.busiestAt ? ` The busiest hour starts ${inZone(data.busiestAt, data.timezone)} with ${data.busiestFires}.` : "";
-      status.textContent = `${data.fires} fire times of ${data.jobs} job${data.jobs === 1 ? "" : "s"} from ${inZone(data.windowStart, data.timezone)} to ${inZone(data.windowEnd, data.timezone)}.${busiest}${data.truncated ? " Counts are lower bounds (too many fire times)." : ""}`;
+      status.textContent = `${data.fires.toLocaleString("en")} fire times of ${data.jobs} job${data.jobs === 1 ? "" : "s"} from ${inZone(data.windowStart, data.timezone)} to ${inZone(data.windowEnd, data.timezone)}.${busiest}${data.truncated ? " Counts are lower bounds (too many fire times)." : ""}`;
       const transitions = data.transitions.length
         ? h("ul", { id: "transitions" }, data.transitions.map((t) => h("li", {}, `${inZone(t.at, data.timezone)}: UTC${t.offsetBeforeSeconds >= 0 ? "+" : ""}${t.offsetBeforeSeconds / 3600} → UTC${t.offsetAfterSeconds >= 0 ? "+" : ""}${t.offsetAfterSeconds / 3600}`)))
         : null;
