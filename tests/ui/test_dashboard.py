@@ -48,7 +48,7 @@ async def test_a_url_with_filters_shows_the_filtered_table(signed_in: SignIn, st
 
     await page.locator("#filter-task").select_option("sleep")  # a filter changes the URL
     await expect(page).to_have_url(re.compile(r"/ui/\?status=PAUSED&task=sleep$"))
-    await expect(page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(page.locator("#jobs-status")).to_have_text("No jobs match these filters.")
     await page.locator("#filter-status").select_option("")
     await expect(rows).to_have_count(1)
     await expect(page.locator(f"#job-{other_task.id}")).to_be_visible()
@@ -114,6 +114,8 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
     await expect(page.locator("#job-status")).to_have_text("PAUSED")
     assert (await alice.get_job(job.id)).status is JobStatus.PAUSED
     await expect(page.get_by_role("button", name="Pause", exact=True)).to_be_disabled()
+    # the keyboard focus stays on the controls: the first one that can still be used
+    await expect(page.get_by_role("button", name="Resume", exact=True)).to_be_focused()
 
     await page.get_by_role("button", name="Resume").click()  # "Back" leaves it as it is
     await page.get_by_role("dialog").get_by_role("button", name="Back").click()
@@ -127,6 +129,8 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
     run_row = page.locator("#runs tbody tr").first
     await expect(run_row).to_contain_text("manual")
     await expect(run_row.locator(".status")).to_have_text("SUCCEEDED", timeout=TIMEOUT_MS)
+    # live updates (the run's events reloaded the job) leave the focus where it was
+    await expect(page.get_by_role("button", name="Trigger now", exact=True)).to_be_focused()
     [run] = (await alice.list_executions(job.id)).items
     assert (run.trigger, run.status) == ("manual", ExecutionStatus.SUCCEEDED)
     await expect(page.locator("#job-summary")).to_contain_text("SUCCEEDED")  # its last run
@@ -215,14 +219,14 @@ async def test_the_run_page_shows_every_attempt(signed_in: SignIn, stack: Stack)
 async def test_another_users_job_never_shows(signed_in: SignIn, stack: Stack) -> None:
     bobs = await stack.client("bob").create_job({"taskId": "noop", "schedule": CRON_BERLIN})
     tab = await signed_in()
-    await expect(tab.page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(tab.page.locator("#jobs-status")).to_contain_text("No jobs yet")
     await tab.open(f"/ui/jobs/{bobs.id}")
     await expect(tab.page.locator("h1")).to_have_text("Job not found")
     await tab.open(f"/ui/jobs/{bobs.id}/runs/anything")
     await expect(tab.page.locator("h1")).to_have_text("Run not found")
     tab.problems.clear()  # the browser logs the 404 answers themselves as console errors
     await tab.open("/ui/")
-    await expect(tab.page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(tab.page.locator("#jobs-status")).to_contain_text("No jobs yet")
     tab.assert_clean()
 
 

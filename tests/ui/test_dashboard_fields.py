@@ -138,7 +138,7 @@ async def test_an_invalid_selector_shows_the_apis_problem_inline(
     await tab.screenshot("jobs-label-selector-invalid")
     await page.locator("#filter-labels").fill("team")
     await page.locator("#filter-labels").press("Enter")
-    await expect(page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(page.locator("#jobs-status")).to_have_text("No jobs match these filters.")
     await expect(error).to_have_text("")
     await expect(page.locator("#filter-labels")).not_to_have_attribute("aria-invalid", "true")
     await tab.live()

@@ -188,7 +188,7 @@ async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(
     await expect(page.locator("#filter-createdFrom")).to_have_value(today.isoformat())
     await expect(page.locator(f"#job-{mine.id}")).to_be_visible()
     await tab.open(f"/ui/?createdFrom={(today + timedelta(days=1)).isoformat()}")
-    await expect(page.locator("#jobs-status")).to_have_text("No jobs match.")
+    await expect(page.locator("#jobs-status")).to_have_text("No jobs match these filters.")
     await expect(page.locator("#filter-allUsers")).to_have_count(0)  # a user has no such switch
 
     await page.get_by_label("Go to job").fill(bobs.id)  # another user's id: not found

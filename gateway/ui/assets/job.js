@@ -179,18 +179,28 @@ export function renderJob(main, jobId) {
   let job = null;
   let runsCursor = null;
 
+  // The buttons are made once and only enabled or disabled after: a live update that rebuilt
+  // them dropped the keyboard focus to the page's body.
   function showControls() {
-    controls.replaceChildren(
-      ...ACTIONS.map((a) =>
-        h("button", {
-          type: "button",
-          id: `action-${a.name}`,
-          class: a.danger ? "danger" : null,
-          disabled: !a.allowed(job.status),
-          onclick: () => act(a),
-        }, a.label),
-      ),
-    );
+    if (!controls.childElementCount) {
+      controls.replaceChildren(
+        ...ACTIONS.map((a) =>
+          h("button", {
+            type: "button",
+            id: `action-${a.name}`,
+            class: a.danger ? "danger" : null,
+            onclick: () => act(a),
+          }, a.label),
+        ),
+      );
+    }
+    for (const a of ACTIONS) document.getElementById(`action-${a.name}`).disabled = !a.allowed(job.status);
+  }
+
+  /** Keep the focus on `button` if it can still be used, else on the first control that can. */
+  function refocus(button) {
+    if (!button.disabled) button.focus();
+    else controls.querySelector("button:not(:disabled)")?.focus();
   }
 
   async function act(a) {
@@ -206,6 +216,7 @@ export function renderJob(main, jobId) {
       message.textContent = `${a.label}: done.`;
       message.classList.remove("error");
       await refresh();
+      refocus(document.getElementById(`action-${a.name}`));
     } catch (e) {
       message.textContent = `${a.label}: ${e.message}`;
       message.classList.add("error");
@@ -239,7 +250,9 @@ export function renderJob(main, jobId) {
     const links = [];
     if (runsCursor) links.push(h("button", { type: "button", onclick: () => { runsCursor = null; loadRuns(); } }, "« Newest runs"));
     if (page.nextCursor) links.push(h("button", { type: "button", onclick: () => { runsCursor = page.nextCursor; loadRuns(); } }, "Older runs »"));
+    const focused = pager.contains(document.activeElement) ? document.activeElement.textContent : null;
     pager.replaceChildren(...links);
+    if (focused) (links.find((b) => b.textContent === focused) ?? links[0])?.focus();
     return page;
   }
 
@@ -274,6 +287,7 @@ export function renderJob(main, jobId) {
     load().catch((e) => {
       if (e.status === 404) feed.stop(); // nothing of it will come
       title.textContent = e.status === 404 ? "Job not found" : "Cannot load the job";
+      if (e.status === 404) for (const el of [specBox, upcoming, backfill, history, controls]) el.hidden = true;
       message.textContent = e.message;
       message.classList.add("error");
     });

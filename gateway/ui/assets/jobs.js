@@ -185,7 +185,7 @@ export function renderJobs(main, params) {
     h(
       "table",
       { class: "grid", id: "jobs" },
-      h("caption", { class: "visually-hidden" }, "Your jobs, newest first"),
+      h("caption", { class: "visually-hidden" }, everyone ? "Every user's jobs, newest first" : "Your jobs, newest first"),
       h(
         "thead",
         {},
@@ -206,7 +206,12 @@ export function renderJobs(main, params) {
 
   function count() {
     const n = tbody.children.length;
-    status.textContent = n ? `${n} job${n === 1 ? "" : "s"} on this page` : "No jobs match.";
+    const filtered = Object.keys(FILTERS).some((k) => k !== "allUsers" && params.get(k));
+    status.textContent = n
+      ? `${n} job${n === 1 ? "" : "s"} on this page`
+      : filtered
+        ? "No jobs match these filters."
+        : "No jobs yet: create one with POST /jobs or `jobsched submit TASK` (README, \"Using the API\").";
   }
 
   let stopped = false;
