@@ -31,6 +31,7 @@ import msgspec
 
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
+from actors.reports import ReportBatcher
 from actors.slotwait import SlotWait, owner_of
 from core.backoff import retry_delay
 from core.clock import Clock, SystemClock
@@ -121,6 +122,7 @@ class Worker:
         self._tg: asyncio.TaskGroup | None = None
         self._owner_of: dict[asyncio.Task[None], str] = {}
         self._in_flight: collections.Counter[str] = collections.Counter()
+        self._reports = ReportBatcher(bus, self.name)
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -144,7 +146,8 @@ class Worker:
                 helpers = [
                     tg.create_task(
                         self._keep_intake_alive(), name=f"{self.name} intake in-progress"
-                    )
+                    ),
+                    tg.create_task(self._reports.run(), name=f"{self.name} status reports"),
                 ]
                 if self.slots is not None:
                     helpers.append(tg.create_task(self.slots.watch(), name=f"{self.name} slots"))
@@ -684,7 +687,7 @@ class Worker:
         while True:
             raise_if_cancelling()
             try:
-                await self.bus.publish_status(event)
+                await self._reports.publish(event)
                 return
             except BusUnavailable as e:
                 await backoff.wait(f"cannot report {event.execution_id} {event.status} yet", e)

@@ -21,11 +21,11 @@ Layout (``<p>`` = ``subject_prefix``, ``<P>`` = the same for stream names):
 
 Everything here is checked against nats-server 2.9: WorkQueue retention, ``Nats-Msg-Id``
 de-duplication, pull consumers, ``-NAK`` with a delay (ADR-15, server 2.7.1+), ``+WPI`` in-progress
-acks, ``+TERM``. Batches of runs and of events are published as one atomic batch (ADR-50,
-nats-server 2.12+, ``allow_atomic`` on both streams; de-duplication in a batch 2.12.1+): one
-PubAck per batch instead of one per message; where that is refused (a stream without
-``allow_atomic``, a duplicate in the batch) the batch is published message by message, as
-before. No nats exception escapes this package: failures surface as
+acks, ``+TERM``. Batches of runs, of events and of a worker's status reports are published as
+one atomic batch (ADR-50, nats-server 2.12+, ``allow_atomic`` on both streams; de-duplication in
+a batch 2.12.1+): one PubAck per batch instead of one per message; where that is refused (a
+stream without ``allow_atomic``, a duplicate in the batch) the batch is published message by
+message, as before. No nats exception escapes this package: failures surface as
 :class:`core.errors.BusUnavailable`.
 """
 
@@ -813,15 +813,19 @@ class Bus:
         ]
         if await self._publish_atomic(batch):
             return [None] * len(runs)
+        return await self._publish_pipelined(batch, "publish run")
+
+    async def _publish_pipelined(
+        self, batch: Sequence[tuple[str, bytes, str]], what: str
+    ) -> list[BusUnavailable | None]:
+        """Publish ``(subject, data, Nats-Msg-Id)`` messages with ``publish_async`` (all sent
+        before the first PubAck is awaited); one result per message (None = stored)."""
         futures: list[asyncio.Future[Any] | BusUnavailable] = []
-        for run in runs:
+        for subject, data, msg_id in batch:
             try:
-                with translated("publish run"):
+                with translated(what):
                     fut = await self.js.publish_async(
-                        c.work_subject(run.queue, run.execution_id),
-                        run_encoder.encode(run),
-                        headers={MSG_ID: run.msg_id},
-                        wait_stall=5.0,
+                        subject, data, headers={MSG_ID: msg_id}, wait_stall=5.0
                     )
                 futures.append(fut)
             except BusUnavailable as e:
@@ -832,7 +836,7 @@ class Bus:
                 results.append(f)
                 continue
             try:
-                with translated("publish run"):
+                with translated(what):
                     async with asyncio.timeout(5):
                         await f
                 results.append(None)
@@ -854,6 +858,33 @@ class Bus:
             await self.js.publish(
                 subject, run_encoder.encode(event), headers={MSG_ID: msg_id}, timeout=5
             )
+
+    async def publish_statuses(self, events: Sequence[StatusEvent]) -> list[BusUnavailable | None]:
+        """Publish transitions of different runs to the status stream at once; one result per
+        event (None = acknowledged by JetStream, else the caller retries that one).
+
+        Two or more go out as one atomic batch (one PubAck for all), else (or where the batch is
+        refused) pipelined, every PubAck awaited; one alone as :meth:`publish_status`. Each
+        carries the same ``Nats-Msg-Id`` as there, so a retried event is stored once. Never
+        raises :class:`BusUnavailable`: it is returned per event.
+        """
+        if len(events) == 1:
+            try:
+                await self.publish_status(events[0])
+                return [None]
+            except BusUnavailable as e:
+                return [e]
+        batch = [
+            (
+                self.config.status_subject(event.owner, event.job_id),
+                run_encoder.encode(event),
+                status_msg_id(event.execution_id, event.status, event.attempt),
+            )
+            for event in events
+        ]
+        if await self._publish_atomic(batch):
+            return [None] * len(batch)
+        return await self._publish_pipelined(batch, "publish status")
 
     async def publish_events(self, events: Sequence[Event]) -> int:
         """Publish events for live clients, pipelined and best effort; how many were stored.

@@ -134,7 +134,12 @@ class WorkerRig:
 @asynccontextmanager
 async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
     bus, clock, gate, markers = FakeBus(), FakeClock(T0), Gate(), FakeCancelSignals()
-    settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_seconds": 5.0}
+    settings: dict[str, Any] = {
+        "worker_id": "w1",
+        "cpu_slots": 1,
+        "drain_timeout_seconds": 5.0,
+        "running_grace_seconds": 0.0,  # RUNNING at once, unless a test says otherwise
+    }
     worker_config = WorkerConfig(**(settings | config))
     worker = Worker(bus, gate.catalog(), clock, worker_config, markers, timer=clock)
     task = asyncio.create_task(worker.run(), name="worker under test")
