@@ -31,6 +31,7 @@ import msgspec
 
 from actors.cpu import CpuPool
 from actors.metrics import UNKNOWN_TASK, Metrics, TaskMetrics
+from actors.reports import ReportBatcher
 from actors.slotwait import SlotWait, owner_of
 from core.backoff import retry_delay
 from core.clock import Clock, SystemClock
@@ -121,6 +122,8 @@ class Worker:
         self._tg: asyncio.TaskGroup | None = None
         self._owner_of: dict[asyncio.Task[None], str] = {}
         self._in_flight: collections.Counter[str] = collections.Counter()
+        self._reports = ReportBatcher(bus, self.name)
+        self._graces = _GraceTimer(self.timer)
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -144,7 +147,9 @@ class Worker:
                 helpers = [
                     tg.create_task(
                         self._keep_intake_alive(), name=f"{self.name} intake in-progress"
-                    )
+                    ),
+                    tg.create_task(self._reports.run(), name=f"{self.name} status reports"),
+                    tg.create_task(self._graces.run(), name=f"{self.name} running grace"),
                 ]
                 if self.slots is not None:
                     helpers.append(tg.create_task(self.slots.watch(), name=f"{self.name} slots"))
@@ -465,6 +470,7 @@ class Worker:
         running = _RunningReport(
             self, msgspec.structs.replace(base, status=ExecutionStatus.RUNNING, at=started), tg
         )
+        self._graces.add(running)
         metrics = self._metrics_of(run.task_id)
         if attempt == 1:
             metrics.schedule_to_start.observe(
@@ -490,6 +496,7 @@ class Worker:
         try:
             result = await self._execute(spec, params, ctx, run.timeout_seconds)
         except asyncio.CancelledError:
+            running.drop()
             raise
         except Exception as e:
             metrics.duration.observe(time.perf_counter() - began)
@@ -684,7 +691,7 @@ class Worker:
         while True:
             raise_if_cancelling()
             try:
-                await self.bus.publish_status(event)
+                await self._reports.publish(event)
                 return
             except BusUnavailable as e:
                 await backoff.wait(f"cannot report {event.execution_id} {event.status} yet", e)
@@ -714,37 +721,76 @@ class Worker:
 
 
 class _RunningReport:
-    """The RUNNING report of one attempt, published while the task runs: at once, or after the
-    worker's ``running_grace_seconds`` (:class:`core.settings.WorkerConfig`) unless the attempt
-    ended first."""
+    """The RUNNING report of one attempt, published while the task runs: at once, or once the
+    worker's ``running_grace_seconds`` (:class:`core.settings.WorkerConfig`) passed
+    (:class:`_GraceTimer`) unless the attempt ended first."""
 
-    __slots__ = ("_grace_s", "_publishing", "_task", "_worker")
+    __slots__ = ("_event", "_task", "_tg", "_worker", "deadline", "pending")
 
     def __init__(self, worker: Worker, event: StatusEvent, tg: asyncio.TaskGroup) -> None:
         self._worker = worker
-        self._grace_s = worker.config.running_grace_seconds
-        self._publishing = self._grace_s <= 0
-        self._task = tg.create_task(
-            self._report(event), name=f"{worker.name} report RUNNING {event.execution_id}"
+        self._event = event
+        self._tg = tg
+        self._task: asyncio.Task[None] | None = None
+        grace_seconds = worker.config.running_grace_seconds
+        self.deadline = worker.timer.now() + timedelta(seconds=grace_seconds)
+        self.pending = grace_seconds > 0
+        """Within its grace: not published (yet)."""
+        if not self.pending:
+            self.publish()
+
+    def publish(self) -> None:
+        """Start publishing it (its grace passed)."""
+        self.pending = False
+        self._task = self._tg.create_task(
+            self._worker._report(self._event),
+            name=f"{self._worker.name} report RUNNING {self._event.execution_id}",
         )
 
-    async def _report(self, event: StatusEvent) -> None:
-        if not self._publishing:
-            timer = self._worker.timer
-            await timer.sleep_until(timer.now() + timedelta(seconds=self._grace_s), asyncio.Event())
-            self._publishing = True
-        await self._worker._report(event)
+    def drop(self) -> None:
+        """Never publish it (the attempt ended within its grace, or was cancelled)."""
+        self.pending = False
 
     async def settle(self) -> None:
         """The attempt ended: wait until RUNNING is stored, or drop it if its grace has not
         passed (it was never sent), so that the outcome is reported after it or alone."""
-        if not self._publishing:
-            self._task.cancel()
-            await asyncio.wait([self._task])
-            if not self._task.cancelled():
-                self._task.result()
-            return
-        await self._task
+        self.drop()
+        if self._task is not None:
+            await self._task
+
+
+class _GraceTimer:
+    """One sleeper for the RUNNING reports of every attempt of a worker still within its grace
+    (instead of a task each): wakes at the earliest deadline and publishes the reports due.
+    Deadlines are added in order (now + one grace), so a queue keeps them sorted."""
+
+    def __init__(self, timer: Clock) -> None:
+        self.timer = timer
+        self._due: collections.deque[_RunningReport] = collections.deque()
+        self._added = asyncio.Event()
+
+    def add(self, report: _RunningReport) -> None:
+        if report.pending:
+            self._due.append(report)
+            if len(self._due) == 1:
+                self._added.set()
+
+    async def run(self) -> None:
+        """Publish reports as their grace passes, until cancelled."""
+        due = self._due
+        while True:
+            while due and not due[0].pending:
+                due.popleft()
+            self._added.clear()
+            if not due:
+                await self._added.wait()
+                continue
+            first = due[0]
+            if self.timer.now() < first.deadline:
+                await self.timer.sleep_until(first.deadline, asyncio.Event())
+                continue
+            due.popleft()
+            first.publish()
 
 
 def _describe(e: BaseException) -> str:

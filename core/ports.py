@@ -642,6 +642,12 @@ class StatusReports(Protocol):
         """
         ...
 
+    async def publish_statuses(self, events: Sequence[StatusEvent]) -> list[BusUnavailable | None]:
+        """Store transitions of different runs at once (one round trip for the batch where the
+        bus can); one result per event: None = stored, else the error (retry that event). Each
+        is de-duplicated as in :meth:`publish_status`; never raises :class:`BusUnavailable`."""
+        ...
+
 
 class StatusIntake(Protocol):
     """The status stream, as the recorders consume it."""

@@ -85,6 +85,9 @@ def make_settings(
             "redispatch_after_seconds": 6.0,
             "drain_timeout_seconds": 5.0,
             "worker_cpu_slots": 1,
+            # every attempt reports RUNNING, which most tests observe; the default (0.5 s, a
+            # short attempt reports its outcome alone) is tested where it is said
+            "worker_running_grace_seconds": 0.0,
             "nats_credentials_dir": str(creds),
         }
         base.update(overrides)

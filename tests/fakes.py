@@ -164,6 +164,7 @@ class FakeBus:
         held: the runs the work stream holds now, by execution id (a worker's ack or term
             removes one: :meth:`settle_run`).
         statuses: status reports stored (workers' :meth:`publish_status`), in order.
+        status_batches: the size of each :meth:`publish_statuses` call, in order.
         events: events published for live clients (QUEUED, SKIPPED, job changes).
         stream: everything the status stream stored (reports and events, de-duplicated by
             their ``Nats-Msg-Id``); a message's sequence is its index + 1. The recorders'
@@ -175,6 +176,7 @@ class FakeBus:
     published: list[Published] = field(default_factory=list)
     held: dict[str, RunMessage] = field(default_factory=dict)
     statuses: list[StatusEvent] = field(default_factory=list)
+    status_batches: list[int] = field(default_factory=list)
     stream: list[Event] = field(default_factory=list)
     _stream_ids: set[str] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
@@ -339,6 +341,17 @@ class FakeBus:
         if self._store(event):
             self.statuses.append(event)
         self._touch()
+
+    async def publish_statuses(self, events: Sequence[StatusEvent]) -> list[BusUnavailable | None]:
+        self.status_batches.append(len(events))
+        results: list[BusUnavailable | None] = []
+        for event in events:
+            try:
+                await self.publish_status(event)
+                results.append(None)
+            except BusUnavailable as e:
+                results.append(e)
+        return results
 
     async def recorder_consumer(self) -> FakeConsumer:
         return self.status_consumer

@@ -44,7 +44,12 @@ class Rig:
 async def rig(**config: Any) -> AsyncIterator[Rig]:
     bus, clock, gate = FakeBus(), FakeClock(T0), Gate()
     slots = MemorySlots()
-    settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_seconds": 5.0}
+    settings: dict[str, Any] = {
+        "worker_id": "w1",
+        "cpu_slots": 1,
+        "drain_timeout_seconds": 5.0,
+        "running_grace_seconds": 0.0,  # RUNNING at once
+    }
     worker = Worker(
         bus,
         gate.catalog(),

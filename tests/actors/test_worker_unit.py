@@ -134,7 +134,12 @@ class WorkerRig:
 @asynccontextmanager
 async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
     bus, clock, gate, markers = FakeBus(), FakeClock(T0), Gate(), FakeCancelSignals()
-    settings: dict[str, Any] = {"worker_id": "w1", "cpu_slots": 1, "drain_timeout_seconds": 5.0}
+    settings: dict[str, Any] = {
+        "worker_id": "w1",
+        "cpu_slots": 1,
+        "drain_timeout_seconds": 5.0,
+        "running_grace_seconds": 0.0,  # RUNNING at once, unless a test says otherwise
+    }
     worker_config = WorkerConfig(**(settings | config))
     worker = Worker(bus, gate.catalog(), clock, worker_config, markers, timer=clock)
     task = asyncio.create_task(worker.run(), name="worker under test")
@@ -490,3 +495,16 @@ async def test_a_run_longer_than_the_grace_reports_running_once_it_passed() -> N
 
         assert await rig.settled(d) == "ack"
         assert rig.statuses() == [S.RUNNING, S.SUCCEEDED]
+
+
+async def test_attempts_within_their_grace_share_one_sleeper() -> None:
+    async with worker_rig(running_grace_seconds=0.05) as rig:
+        ds = [rig.deliver(run("block", job_id=f"j{i}")) for i in range(3)]
+        await until(lambda: len(rig.gate.started) == 3)
+        await rig.clock.until_asleep(1)
+        assert rig.clock.deadlines() == [T0 + timedelta(seconds=0.05)]  # not one per attempt
+
+        await rig.clock.set(T0 + timedelta(seconds=0.05))
+        await until(lambda: rig.statuses() == [S.RUNNING] * 3)
+        rig.gate.release.set()
+        assert [await rig.settled(d) for d in ds] == ["ack"] * 3

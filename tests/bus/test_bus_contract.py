@@ -126,6 +126,35 @@ async def test_the_status_sequence_counts_stored_events_once(bus: AnyBus) -> Non
     assert await bus.status_last_seq() == start + 3
 
 
+async def test_reports_published_together_are_each_stored_once(bus: AnyBus) -> None:
+    start = await bus.status_last_seq()
+    await bus.publish_status(report("a", ExecutionStatus.RUNNING))
+
+    results = await bus.publish_statuses(
+        [
+            report("a", ExecutionStatus.RUNNING),  # a retried report, in the batch
+            report("a", ExecutionStatus.SUCCEEDED),
+            report("b", ExecutionStatus.SUCCEEDED),
+        ]
+    )
+    assert results == [None, None, None]
+    assert await bus.publish_statuses([report("c", ExecutionStatus.FAILED)]) == [None]
+    assert await bus.publish_statuses([report("c", ExecutionStatus.FAILED)] * 2) == [None, None]
+
+    assert await bus.status_last_seq() == start + 4
+    consumer = await bus.recorder_consumer()
+    try:
+        ids = [d.msg_id for d in await fetch_all(consumer)]
+    finally:
+        await consumer.close()
+    assert ids == [
+        f"{execution_id('a', T0)}|RUNNING|1",
+        f"{execution_id('a', T0)}|SUCCEEDED|1",
+        f"{execution_id('b', T0)}|SUCCEEDED|1",
+        f"{execution_id('c', T0)}|FAILED|1",
+    ]
+
+
 async def test_the_recorders_consumer_receives_every_stored_event(bus: AnyBus) -> None:
     await bus.publish_status(report("a", ExecutionStatus.RUNNING))
     await bus.publish_status(report("a", ExecutionStatus.RUNNING))

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from nats.aio.client import Client
 
-from bus.nats import RUN_LOOKUP_CONCURRENCY, Bus, BusConfig, NatsClient
+from bus.nats import ATOMIC_BATCH_MIN, RUN_LOOKUP_CONCURRENCY, Bus, BusConfig, NatsClient
 from core.errors import BusUnavailable
 from core.ids import execution_id
 from core.model import RunMessage
@@ -253,16 +253,31 @@ async def test_a_batch_of_runs_is_one_atomic_batch_and_a_repeat_is_stored_once(
     await bus.connect()
     try:
         await bus.ensure_streams()
-        first = _runs(5, "a")
-        assert await bus.publish_runs(first) == [None] * 5
+        n = ATOMIC_BATCH_MIN
+        first = _runs(n, "a")
+        assert await bus.publish_runs(first) == [None] * n
         headers = await _stored_headers(bus, first)
         assert len({h["Nats-Batch-Id"] for h in headers}) == 1
-        assert [h["Nats-Batch-Sequence"] for h in headers] == ["1", "2", "3", "4", "5"]
+        assert [h["Nats-Batch-Sequence"] for h in headers] == [str(i) for i in range(1, n + 1)]
 
-        again = [*first[3:], *_runs(2, "b")]
-        assert await bus.publish_runs(again) == [None] * 4
+        again = [*first[3:], *_runs(4, "b")]
+        assert await bus.publish_runs(again) == [None] * (n + 1)
         info = await bus.js.stream_info(bus.config.work_stream)
-        assert info.state.messages == 7
+        assert info.state.messages == n + 4
+        assert bus._atomic
+    finally:
+        await bus.close()
+
+
+async def test_a_small_batch_is_pipelined_not_atomic(nats_server: NatsServer, prefix: str) -> None:
+    """Below ``ATOMIC_BATCH_MIN`` an atomic batch costs nats-server more than it saves."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        await bus.ensure_streams()
+        runs = _runs(ATOMIC_BATCH_MIN - 1, "s")
+        assert await bus.publish_runs(runs) == [None] * len(runs)
+        assert all("Nats-Batch-Id" not in h for h in await _stored_headers(bus, runs))
         assert bus._atomic
     finally:
         await bus.close()
@@ -280,12 +295,12 @@ async def test_a_stream_without_atomic_batches_is_published_to_one_by_one(
         cfg = await bus.js.stream_info(bus.config.work_stream)
         await bus.js.delete_stream(bus.config.work_stream)
         await bus.js.add_stream(dataclasses.replace(cfg.config, allow_atomic=False))
-        runs = _runs(4, "c")
-        assert await bus.publish_runs(runs) == [None] * 4
+        runs = _runs(ATOMIC_BATCH_MIN, "c")
+        assert await bus.publish_runs(runs) == [None] * ATOMIC_BATCH_MIN
         assert not bus._atomic
         assert all("Nats-Batch-Id" not in h for h in await _stored_headers(bus, runs))
-        assert await bus.publish_runs(_runs(3, "d")) == [None] * 3
+        assert await bus.publish_runs(_runs(ATOMIC_BATCH_MIN, "d")) == [None] * ATOMIC_BATCH_MIN
         info = await bus.js.stream_info(bus.config.work_stream)
-        assert info.state.messages == 7
+        assert info.state.messages == 2 * ATOMIC_BATCH_MIN
     finally:
         await bus.close()

@@ -18,7 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.model import Event, JobEvent, StatusEvent
 from jobsched.client import JobschedClient, WatchClosed
 from tests.conftest import SettingsFactory
-from tests.support import Stack, seed_events, stalled_ws, start_stack, wait_job
+from tests.support import (
+    Stack,
+    seed_events,
+    stalled_ws,
+    start_stack,
+    wait_executions,
+    wait_job,
+)
 
 
 def label(event: Event) -> str:
@@ -66,6 +73,41 @@ async def test_events_arrive_in_order_for_a_jobs_whole_life(stack: Stack) -> Non
     assert [e.attempt for e in runs] == [0, 1, 1, 2, 2]
     assert runs[2].error and "failing on purpose" in runs[2].error
     assert all(e.execution_id == runs[0].execution_id for e in runs)
+
+
+async def test_with_the_default_grace_short_attempts_report_their_outcome_alone(
+    make_settings: SettingsFactory,
+) -> None:
+    """``JOBSCHED_WORKER_RUNNING_GRACE_SECONDS`` at its default: attempts that end within it
+    reach live clients as one event each, carrying when they started."""
+    settings = make_settings(worker_running_grace_seconds=0.5)
+    async with start_stack(settings) as stack:
+        client = stack.client()
+        watch = client.watch()
+        first = asyncio.ensure_future(anext(watch))
+        await asyncio.sleep(0)  # let the subscription be sent before the job exists
+        job_task = asyncio.ensure_future(
+            client.create_job({"taskId": "fail", "parameters": {"times": 1}})
+        )
+        async with asyncio.timeout(20):
+            head = await first
+            job = await job_task
+            rest = await take(watch, "run:SUCCEEDED", job.id)
+        await watch.aclose()
+        [run] = await wait_executions(
+            client, job.id, lambda rs: bool(rs) and rs[0].status == "SUCCEEDED"
+        )
+    events = [e for _, e in [head, *rest] if e.job_id == job.id]
+    assert [label(e) for e in events] == [
+        "job:created",
+        "run:QUEUED",
+        "run:RETRYING",
+        "run:SUCCEEDED",
+    ]
+    runs = [e for e in events if isinstance(e, StatusEvent)]
+    assert [e.attempt for e in runs] == [0, 1, 2]
+    assert runs[1].started_at is not None and runs[2].started_at is not None
+    assert run.started_at == runs[1].started_at  # the first start, kept through the retry
 
 
 async def test_a_reconnect_with_the_last_event_id_replays_the_gap(stack: Stack) -> None:

@@ -16,7 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import nats
+import nats.js.errors
 import pytest
+from nats.js import JetStreamContext
 
 from core.settings import Settings
 from jobsched.client import ApiError
@@ -44,6 +46,7 @@ FAST = {
     "partitions": 16,
     "log_level": "INFO",
     "quota_creates_per_second": 0,  # one user creates a few hundred jobs at once here
+    "worker_running_grace_seconds": 0.5,  # the default: short runs report their outcome alone
 }
 
 
@@ -100,6 +103,46 @@ async def test_2_killing_a_worker_mid_task_redelivers_its_runs(
     print(f"\nscenario 2: lost={lost} duplicates={duplicates} redelivered={len(redelivered)}")
     assert lost == 0 and duplicates == 0
     assert redelivered and all(r.worker_id == survivor for r in redelivered)
+
+
+async def test_2b_killing_a_worker_within_the_running_grace_redelivers_the_run(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """The run never reported RUNNING (its attempt is within the grace): the store holds it
+    QUEUED, its message unacked; after the kill JetStream redelivers it to the survivor."""
+    settings = fast(make_settings, worker_running_grace_seconds=30.0)
+    async with cluster(settings, tmp_path) as c:
+        c.start("scheduler", "s1")
+        c.start("worker", "w1")
+        await c.wait_balanced({"s1"})
+        assert c.client is not None
+        job = await c.client.create_job({"taskId": "sleep", "parameters": {"seconds": 3.0}})
+        prefix = settings.nats.subject_prefix
+        nc = await nats.connect(observer_url(settings.nats.url).split(","))
+        try:
+            js = nc.jetstream()
+            async with asyncio.timeout(20):
+                while await delivered(js, f"{prefix.upper()}_WORK", "workers-default") != 1:
+                    await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
+        [held] = [r for r in c.runs() if r.job_id == job.id]
+        assert held.status == "QUEUED" and held.started_at is None  # within its grace
+        c.kill("w1")
+        c.start("worker", "w2")
+        runs = await c.wait_succeeded([job.id], timeout_seconds=60)
+    lost, duplicates = lost_and_duplicates([job.id], runs)
+    assert lost == 0 and duplicates == 0
+    [run] = runs
+    assert (run.attempt, run.worker_id) == (2, "w2")
+
+
+async def delivered(js: JetStreamContext, stream: str, consumer: str) -> int:
+    """Messages the consumer delivered and nobody acked yet (0 before the consumer exists)."""
+    try:
+        return int((await js.consumer_info(stream, consumer)).num_ack_pending or 0)
+    except nats.js.errors.NotFoundError:
+        return 0
 
 
 async def test_3_restarting_nats_loses_nothing(
