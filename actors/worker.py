@@ -35,13 +35,21 @@ from actors.reports import ReportBatcher
 from actors.slotwait import SlotWait, owner_of
 from core.backoff import retry_delay
 from core.clock import Clock, SystemClock
+from core.cluster import PRESENCE_HEARTBEAT_SECONDS, WorkerHeartbeat, release
 from core.codecs import run_decoder
 from core.concurrency import Outcome
 from core.errors import BusUnavailable, ConsumerMissing, InvalidRequest
 from core.fairness import FairQueue
 from core.ids import execution_id_of_msg_id, run_key
 from core.model import ExecutionStatus, RunMessage, StatusEvent
-from core.ports import CancelSignals, ConcurrencySlots, Consumer, Delivery, WorkerBus
+from core.ports import (
+    CancelSignals,
+    ConcurrencySlots,
+    Consumer,
+    Delivery,
+    WorkerBus,
+    WorkerPresenceBoard,
+)
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.runs import poison_event, run_event
 from core.settings import WorkerConfig
@@ -53,6 +61,9 @@ log = logging.getLogger(__name__)
 
 PULL_RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
 """A failed pull (NATS unreachable) is tried again every second."""
+PRESENCE_MIN_GAP_SECONDS = 1.0
+"""Between two heartbeats at least this long (seconds): runs starting and ending in between
+are told in one."""
 RETRY_AFTER_MAX_SECONDS = 3600.0
 """The longest a task's :class:`core.tasks.TaskError` ``retry_after_seconds`` (an HTTP
 ``Retry-After``) delays the next attempt (seconds): a target cannot park a run for days."""
@@ -81,6 +92,9 @@ class Worker:
             (unit tests pass their fake clock).
         slots: the concurrency slots shared by every worker (:mod:`actors.slotwait`); None:
             runs with a concurrency key run unlimited (logged).
+        presence: where it sends a :class:`core.cluster.WorkerHeartbeat` every
+            :data:`core.cluster.PRESENCE_HEARTBEAT_SECONDS` while it consumes, withdrawn when
+            it stops (None: it announces nothing; the Cluster page knows it by its runs only).
     """
 
     def __init__(
@@ -93,6 +107,7 @@ class Worker:
         metrics: Metrics | None = None,
         timer: Clock | None = None,
         slots: ConcurrencySlots | None = None,
+        presence: WorkerPresenceBoard | None = None,
     ) -> None:
         self.timer = timer or SystemClock()
         self.bus = bus
@@ -116,6 +131,7 @@ class Worker:
         self._task_metrics = {spec.name: self.metrics.task(spec.name) for spec in catalog}
         self._unknown_task = self.metrics.task(UNKNOWN_TASK)
         self.slots = slots
+        self.presence = presence
         self._intake: FairQueue[Delivery] = FairQueue()
         self._resuming: collections.deque[asyncio.Future[None]] = collections.deque()
         self._waiting = 0
@@ -124,6 +140,7 @@ class Worker:
         self._in_flight: collections.Counter[str] = collections.Counter()
         self._reports = ReportBatcher(bus, self.name)
         self._graces = _GraceTimer(self.timer)
+        self._load_changed = asyncio.Event()
 
     def stop(self) -> None:
         """Stop taking work and drain (idempotent)."""
@@ -153,6 +170,12 @@ class Worker:
                 ]
                 if self.slots is not None:
                     helpers.append(tg.create_task(self.slots.watch(), name=f"{self.name} slots"))
+                if self.presence is not None:
+                    helpers.append(
+                        tg.create_task(
+                            self._heartbeat(self.presence), name=f"{self.name} heartbeat"
+                        )
+                    )
                 watch = None
                 if self.markers is not None:
                     watch = tg.create_task(
@@ -177,7 +200,46 @@ class Worker:
                 for d in consumer.take_unprocessed():
                     await _shielded(d.nak(), 2.0)
                 await consumer.close()
+            if self.presence is not None:
+                await _shielded(self._withdraw(self.presence), 2.0)
             self._cpu.close()
+
+    def heartbeat(self, started_at: datetime) -> WorkerHeartbeat:
+        """What this worker says of itself now (``in_flight``: runs executing or waiting for a
+        concurrency slot)."""
+        c = self.config
+        return WorkerHeartbeat(
+            worker_id=c.resolved_worker_id,
+            queues=list(c.queues),
+            concurrency=c.concurrency,
+            in_flight=len(self._runs),
+            started_at=started_at,
+            version=release(),
+        )
+
+    async def _heartbeat(self, presence: WorkerPresenceBoard) -> None:
+        """Announce this worker every :data:`PRESENCE_HEARTBEAT_SECONDS` and, at most every
+        :data:`PRESENCE_MIN_GAP_SECONDS`, when a run starts or ends, until cancelled (a failed
+        write is logged and tried again at the next beat)."""
+        started_at, period = self.clock.now(), timedelta(seconds=PRESENCE_HEARTBEAT_SECONDS)
+        gap, never = timedelta(seconds=PRESENCE_MIN_GAP_SECONDS), asyncio.Event()
+        while True:
+            raise_if_cancelling()
+            self._load_changed.clear()
+            written = self.timer.now()
+            try:
+                await presence.announce(self.heartbeat(started_at))
+            except BusUnavailable as e:
+                log.warning("%s: heartbeat not stored: %s", self.name, e)
+            await self.timer.sleep_until(written + period, self._load_changed)
+            if self._load_changed.is_set():  # a run started or ended: say so, coalesced
+                await self.timer.sleep_until(written + gap, never)
+
+    async def _withdraw(self, presence: WorkerPresenceBoard) -> None:
+        try:
+            await presence.withdraw(self.config.resolved_worker_id)
+        except BusUnavailable as e:
+            log.warning("%s: presence not withdrawn (it expires by itself): %s", self.name, e)
 
     async def _recreate(self, queue: str, backoff: Backoff) -> None:
         try:
@@ -253,6 +315,7 @@ class Worker:
             self._owner_of[task] = owner
             self._in_flight[owner] += 1
             self._runs.add(task)
+            self._load_changed.set()
             task.add_done_callback(self._done)
 
     def _below_cap(self, owner: str) -> bool:
@@ -261,6 +324,7 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._runs.discard(task)
+        self._load_changed.set()
         owner = self._owner_of.pop(task, None)
         if owner is not None:
             self._in_flight[owner] -= 1

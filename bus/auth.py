@@ -15,13 +15,19 @@ so a process holds only the passwords of the roles it runs:
 * ``recorder``: pulls the status stream's ``recorder`` consumer, publishes finished-run notices.
 * ``worker``: pulls from its queues' consumers only, acks, publishes status, watches cancel
   markers, reads, writes and watches the concurrency slots (``<prefix>_slots``, :mod:`bus.slots`;
-  a worker can thereby hold or free any user's slot: workers are trusted). It can neither
-  publish a run nor create, update or delete a stream, nor read the lease bucket.
+  a worker can thereby hold or free any user's slot: workers are trusted); writes presence
+  keys (``<prefix>_workers``, :mod:`bus.presence`) by plain publishes to ``$KV.<bucket>.>``
+  and nothing else of that bucket (no read, purge or delete of its stream). All workers share
+  this one user, and static nats-server users have no per-connection subject templates (those
+  are JWT-only), so a worker could write another worker's presence key — but no other
+  bucket's key. It can neither publish a run nor create, update or delete a stream, nor read
+  the lease bucket.
 * ``gateway``: serves the NATS API (``<p>.api.>``, replies through ``allow_responses``;
   ``$SRV`` discovery of the ``jobsched`` service only), publishes notices, events, manual runs
   and cancel markers; reads (never writes) the lease bucket and the work consumers' info for
-  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`) and the dashboard's Cluster page, and the
-  concurrency slots (``explain``).
+  ``GET /jobs/{id}/explain`` (:mod:`bus.inspect`) and the dashboard's Cluster page, the
+  workers' presence bucket (the Cluster page; never writes), and the concurrency slots
+  (``explain``).
 * ``live``: reads the status stream for ``GET /ws`` (ordered consumers, direct gets).
 * ``api``: an API client: requests to ``<p>.api.>`` and its own replies only.
 * ``notifier``: pulls the status stream's ``notifier`` consumer (:mod:`actors.notifier`),
@@ -48,6 +54,7 @@ from pathlib import Path
 
 from bus.nats import RECORDER_CONSUMER, BusConfig
 from bus.notifier import NOTIFIER_CONSUMER
+from bus.presence import bucket_name as presence_bucket_name
 from bus.slots import bucket_name as slot_bucket_name
 from core.errors import ConfigError
 
@@ -159,6 +166,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
     work, status = c.work_stream, c.status_stream
     leases, cancels = f"{prefix}_leases", f"{prefix}_cancel"
     slots = slot_bucket_name(prefix)
+    presence = presence_bucket_name(prefix)
     inbox = f"{inbox_prefix(user)}.>"
     looks = [f"{JS}.INFO", f"{JS}.STREAM.INFO.{work}", f"{JS}.STREAM.INFO.{status}"]
     cancel_reader = [
@@ -178,6 +186,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             *_bucket(leases),
             *_bucket(cancels),
             *_bucket(slots),
+            *_bucket(presence),
         ]
         subscribe = [inbox, f"{prefix}.notify.*", f"{prefix}.finished"]
         return Permissions(tuple(publish), tuple(subscribe))
@@ -194,6 +203,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             *_reads(f"KV_{slots}"),
             *_ephemeral_readers(f"KV_{slots}"),
             f"$KV.{slots}.>",
+            f"$KV.{presence}.>",  # its heartbeat (JetStream publishes: no API call needed)
         ]
         return Permissions(tuple(publish), (inbox,))
     if role == "gateway":
@@ -208,6 +218,7 @@ def role_permissions(role: str, user: str, prefix: str, queues: Sequence[str]) -
             f"$KV.{cancels}.>",
             *_reads(f"KV_{leases}"),  # explain and the Cluster page read leases (no writes)
             *_reads(f"KV_{slots}"),
+            *_reads(f"KV_{presence}"),  # the Cluster page's live workers (no writes)
         ]
         service = ["$SRV.*", f"$SRV.*.{SERVICE_NAME}", f"$SRV.*.{SERVICE_NAME}.>"]
         subscribe = [inbox, f"{prefix}.api.>", *service]

@@ -1,12 +1,14 @@
-"""The bus's side of the dashboard's Cluster page, read-only: the lease bucket's keys with their
-last write times, and the work consumers' counts (:class:`core.cluster.ClusterSource`).
+"""The bus's side of the dashboard's Cluster page, read-only: the lease bucket's and the
+workers' presence bucket's keys with their last write times (:mod:`bus.leases`,
+:mod:`bus.presence`), and the work consumers' counts (:class:`core.cluster.ClusterSource`).
 
 Reads only (the gateway's NATS user has no other right on these): ``STREAM.INFO`` of the lease
 bucket's stream with a subject filter lists its keys (JetStream API, ADR-8 key-value buckets:
 one subject ``$KV.<bucket>.<key>`` per key), one last-message-by-subject get per key gives its
 value and its write time (``DIRECT.GET`` when the stream allows direct gets, else
-``STREAM.MSG.GET``), and ``CONSUMER.INFO`` of each queue's work consumer gives its counts. A key
-expires ``ttl`` after its last write (the bucket's ``max_age``, :mod:`bus.leases`).
+``STREAM.MSG.GET``), and ``CONSUMER.INFO`` of each queue's work consumer gives its counts. A
+lease key expires ``ttl`` after its last write (the bucket's ``max_age``, :mod:`bus.leases`), a
+presence key :data:`core.cluster.PRESENCE_TTL_SECONDS` after it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,19 @@ import nats.js.errors
 
 from bus.leases import LeaseValue
 from bus.nats import Bus, translated
-from core.cluster import BusView, Lease, Member, QueueInfo
+from bus.presence import bucket_name as presence_bucket_name
+from core.cluster import (
+    PRESENCE_TTL_SECONDS,
+    BusView,
+    Lease,
+    Member,
+    QueueInfo,
+    WorkerHeartbeat,
+    WorkerPresence,
+)
 
-_decode = msgspec.json.Decoder(LeaseValue).decode
+_decode_lease = msgspec.json.Decoder(LeaseValue).decode
+_decode_heartbeat = msgspec.json.Decoder(WorkerHeartbeat).decode
 DELETED = frozenset({"DEL", "PURGE"})
 """``KV-Operation`` header values of a removed key."""
 
@@ -45,14 +57,21 @@ class ClusterReader:
         self.partitions = partitions
         self.queues = tuple(queues)
         self.bucket = f"{bus.config.prefix}_leases"
-        self.stream = f"KV_{self.bucket}"
+        self.presence_bucket = presence_bucket_name(bus.config.prefix)
 
     async def bus_view(self) -> BusView:
         """See :meth:`core.cluster.ClusterSource.bus_view`."""
-        entries = await self._entries()
-        queues = await asyncio.gather(*(self._queue(q) for q in self.queues))
+        entries, presence, queues = await asyncio.gather(
+            self._entries(self.bucket),
+            self._entries(self.presence_bucket),
+            asyncio.gather(*(self._queue(q) for q in self.queues)),
+        )
         leases, members = [], []
-        for key, (owner, at, revision) in sorted(entries.items()):
+        for key, (data, at, revision) in sorted(entries.items()):
+            try:
+                owner = _decode_lease(data).owner
+            except msgspec.DecodeError:
+                owner = "?"
             expires = at + self.ttl if at is not None else None
             if key.startswith("p.") and key[2:].isdigit():
                 leases.append(Lease(partition=int(key[2:]), owner=owner, renewed_at=at,
@@ -76,32 +95,30 @@ class ClusterReader:
             leases=leases,
             members=members,
             queues=list(queues),
+            workers=_workers(presence),
         )
 
-    async def _entries(self) -> dict[str, tuple[str, datetime | None, int]]:
-        """Each live key of the lease bucket: (owner, last write, revision)."""
-        prefix = f"$KV.{self.bucket}."
-        with translated("lease bucket info"):
+    async def _entries(self, bucket: str) -> dict[str, tuple[bytes, datetime | None, int]]:
+        """Each live key of ``bucket``: (value, last write, revision); none when no scheduler
+        created the bucket yet."""
+        prefix, stream = f"$KV.{bucket}.", f"KV_{bucket}"
+        with translated(f"{bucket} bucket info"):
             try:
-                info = await self.bus.js.stream_info(self.stream, subjects_filter=f"{prefix}>")
+                info = await self.bus.js.stream_info(stream, subjects_filter=f"{prefix}>")
             except nats.js.errors.NotFoundError:
-                return {}  # no scheduler created the bucket yet
+                return {}
         subjects = sorted((info.state.subjects or {}).keys())
         direct = bool(info.config.allow_direct)
-        out: dict[str, tuple[str, datetime | None, int]] = {}
+        out: dict[str, tuple[bytes, datetime | None, int]] = {}
         for subject in subjects:
-            with translated("lease entry"):
+            with translated(f"{bucket} entry"):
                 try:
-                    msg = await self.bus.js.get_last_msg(self.stream, subject, direct=direct)
+                    msg = await self.bus.js.get_last_msg(stream, subject, direct=direct)
                 except nats.js.errors.NotFoundError:
                     continue  # expired between the listing and the get
             if (msg.headers or {}).get("KV-Operation") in DELETED or not msg.data:
                 continue
-            try:
-                owner = _decode(msg.data).owner
-            except msgspec.DecodeError:
-                owner = "?"
-            out[subject.removeprefix(prefix)] = (owner, msg.time, int(msg.seq or 0))
+            out[subject.removeprefix(prefix)] = (msg.data, msg.time, int(msg.seq or 0))
         return out
 
     async def _queue(self, queue: str) -> QueueInfo:
@@ -119,3 +136,17 @@ class ClusterReader:
             in_flight=int(info.num_ack_pending or 0),
             waiting_pulls=int(info.num_waiting or 0),
         )
+
+
+def _workers(entries: dict[str, tuple[bytes, datetime | None, int]]) -> list[WorkerPresence]:
+    """The presence keys' heartbeats by worker id (an undecodable value is left out)."""
+    ttl = timedelta(seconds=PRESENCE_TTL_SECONDS)
+    out = []
+    for data, at, _ in entries.values():
+        try:
+            heartbeat = _decode_heartbeat(data)
+        except msgspec.DecodeError:
+            continue
+        expires = at + ttl if at is not None else None
+        out.append(WorkerPresence(heartbeat=heartbeat, heartbeat_at=at, expires_at=expires))
+    return sorted(out, key=lambda p: p.heartbeat.worker_id)

@@ -17,6 +17,7 @@ has 23 hours (the missing one is empty) and a fall-back day 25 (the repeated one
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -181,12 +182,13 @@ def heatmap(
     """
     n_jobs = 0
     bins = _Bins(int((end - start).total_seconds() * 1000) // BIN_MS)
+    window_ms = (to_epoch_ms(start), to_epoch_ms(end))
     marks: list[DstMark] = []
     for group in groups:
         schedule, first, n = group.schedule, group.next_run_at, group.jobs
         n_jobs += n
         if isinstance(schedule, IntervalSchedule) and _interval_bins(
-            bins, schedule, first, start, end, n
+            bins, schedule, first, start, end, n, window_ms
         ):
             continue
         fires = _fires(schedule, first, start, end)
@@ -280,10 +282,12 @@ def _interval_bins(
     start: datetime,
     end: datetime,
     times: int,
+    window_ms: tuple[int, int],
 ) -> bool:
     """Add ``times`` times the schedule's fire counts to ``bins`` in constant time when its interval
     is a whole number of minutes or divides one (whole milliseconds, as
-    :func:`core.schedule.next_run_after` steps ``t + every``); False for another interval."""
+    :func:`core.schedule.next_run_after` steps ``t + every``); False for another interval.
+    ``window_ms``: ``start`` and ``end`` in epoch milliseconds."""
     step_ms = round(schedule.every_seconds * 1000)
     if step_ms <= 0 or (step_ms % BIN_MS and BIN_MS % step_ms):
         return False
@@ -292,8 +296,8 @@ def _interval_bins(
         t = schedules.next_run_from_now(schedule, t, start - timedelta(milliseconds=1))
     if t is None:
         return True
-    origin_ms, first_ms = to_epoch_ms(start), to_epoch_ms(t)
-    last_ms = to_epoch_ms(end) - 1
+    (origin_ms, end_ms), first_ms = window_ms, to_epoch_ms(t)
+    last_ms = end_ms - 1
     if schedule.end_at is not None:
         last_ms = min(last_ms, to_epoch_ms(schedule.end_at))
     if first_ms > last_ms:
@@ -336,9 +340,14 @@ def _interval_fires(
     return _Fires(counts, [], truncated=stop_ms <= last_ms)
 
 
-def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: datetime) -> _Fires:
+def _cron_fires(
+    schedule: CronSchedule, first: datetime, start: datetime, end: datetime, *, fast: bool = True
+) -> _Fires:
     """From the cron expression's own iterator (:meth:`core.cron.CronExpression.next_after`,
-    which :func:`core.schedule.next_run_after` wraps), DST marks near the zone's transitions."""
+    which :func:`core.schedule.next_run_after` wraps), DST marks near the zone's transitions;
+    or (``fast``, the zone's offset constant over the window and ``first`` in it) from its
+    matching wall times (:func:`_wall_fires`: the same answer without an iterator step per fire
+    time)."""
     counts: Counter[int] = Counter()
     marks: list[tuple[datetime, Kind, str, str]] = []
     expr = cron.parse_cron(schedule.expression)
@@ -347,10 +356,8 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
     near = [(at - _NEAR, at + _NEAR) for at in changes] if expr.is_fixed_time else []
     origin = start.timestamp()
     bound = end if schedule.end_at is None else min(end, schedule.end_at + timedelta(seconds=1))
-    if not changes and first >= start and _is_daily(expr):
-        daily = _daily_fires(expr, tz, schedule, first, bound, origin)
-        if daily is not None:
-            return daily
+    if fast and not changes and first >= start:
+        return _wall_fires(expr, _offset(tz, start), first, bound, origin)
     t = first
     n = 0
     while t < bound:
@@ -373,52 +380,32 @@ def _cron_fires(schedule: CronSchedule, first: datetime, start: datetime, end: d
     return _Fires(counts, marks, truncated=False)
 
 
-_DAY = timedelta(days=1)
-_MICROSECOND = timedelta(microseconds=1)
-_DAY_MICROSECONDS = _DAY // _MICROSECOND
-
-
-def _is_daily(expr: cron.CronExpression) -> bool:
-    """Whether the expression fires at the same wall-clock times every day: its day-of-month,
-    month and day-of-week fields are all ``*`` (read from its source; anything else, a macro
-    included, is not taken for daily)."""
-    fields = expr.source.split()
-    return len(fields) in (5, 6) and fields[-3:] == ["*", "*", "*"]
-
-
-def _daily_fires(
-    expr: cron.CronExpression,
-    tz: ZoneInfo,
-    schedule: CronSchedule,
-    first: datetime,
-    bound: datetime,
-    origin: float,
-) -> _Fires | None:
-    """The fire times of a daily expression from ``first`` (>= the window's start) to ``bound``
-    when the zone's offset is constant over the window: one day's fire times from the cron
-    iterator, repeated every 24 hours by arithmetic on the minute bins (the same fire times as
-    the iterator's, which the offset alone would change). None: leave it to the iterator (too
-    many fire times to count, or the iterator failed)."""
-    one_day: list[int] = []  # microseconds after ``first``
-    t = first
-    try:
-        while t < bound and t < first + _DAY:
-            one_day.append((t - first) // _MICROSECOND)
-            t = expr.next_after(t, tz, gap=schedule.gap, fold=schedule.fold)
-    except (OverflowError, ValueError):
-        return None
-    days = (bound - first) // _DAY + 1
-    if len(one_day) * days >= MAX_FIRES_PER_SCHEDULE:
-        return None
-    last = (bound - first) // _MICROSECOND
-    first_us = round((first.timestamp() - origin) * 1_000_000)
+def _wall_fires(
+    expr: cron.CronExpression, offset_seconds: int, first: datetime, bound: datetime, origin: float
+) -> _Fires:
+    """The fire times from ``first`` (>= the window's start) to ``bound`` when the zone's offset
+    is ``offset_seconds`` all along: the expression's matching wall times
+    (:meth:`core.cron.CronExpression.wall_times`) shifted by the offset — the iterator's fire
+    times, since without a transition no DST rule applies — counted up to
+    :data:`MAX_FIRES_PER_SCHEDULE` as the iterator's are (``first`` included)."""
+    first_s, bound_s = first.timestamp(), bound.timestamp()
     counts: Counter[int] = Counter()
-    for k in range(days):
-        for offset in one_day:
-            at = offset + k * _DAY_MICROSECONDS
-            if at < last:
-                counts[(first_us + at) // 1000 // BIN_MS] += 1
-    return _Fires(counts, [], truncated=False)
+    if first >= bound:
+        return _Fires(counts, [], truncated=False)
+    counts[int((first_s - origin) * 1000) // BIN_MS] += 1
+    n = 1
+    lo = int(first_s) + 1 + offset_seconds  # strictly after ``first`` (whole seconds)
+    hi = math.ceil(bound_s) + offset_seconds
+    origin_s, bin_s = int(origin), BIN_MS // 1000
+    for wall in expr.wall_times(lo, hi):
+        at = wall - offset_seconds
+        if at >= bound_s:
+            break
+        if n >= MAX_FIRES_PER_SCHEDULE:
+            return _Fires(counts, [], truncated=True)
+        counts[(at - origin_s) // bin_s] += 1
+        n += 1
+    return _Fires(counts, [], truncated=n >= MAX_FIRES_PER_SCHEDULE)
 
 
 _NEAR = timedelta(hours=3)

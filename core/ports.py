@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.bulk import BulkAction, RunQuery
+from core.cluster import WorkerHeartbeat
 from core.concurrency import ConcurrencyWait, SlotDecision, SlotRequest, SlotState
 from core.errors import BusUnavailable, Conflict
 from core.labels import Selector
@@ -1039,4 +1040,21 @@ class ConcurrencySlots(Protocol):
 
     async def watch(self) -> None:
         """Follow every write until cancelled (wakes :meth:`changed`)."""
+        ...
+
+
+class WorkerPresenceBoard(Protocol):
+    """Where a worker announces that it is alive (:mod:`core.cluster`; NATS:
+    :class:`bus.presence.PresenceBucket`)."""
+
+    async def announce(self, heartbeat: WorkerHeartbeat) -> None:
+        """Write ``heartbeat`` as its worker's presence, expiring unless rewritten.
+
+        Raises:
+            BusUnavailable: not stored (the caller tries again at its next heartbeat).
+        """
+        ...
+
+    async def withdraw(self, worker_id: str) -> None:
+        """Delete the presence of ``worker_id`` (idempotent). Raises: BusUnavailable."""
         ...

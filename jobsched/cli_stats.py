@@ -141,14 +141,29 @@ def _show_cluster(view: ClusterView, output: str) -> None:
         _table(("QUEUE", "PENDING", "IN FLIGHT", "WAITING PULLS"), rows)
     click.echo()
     if not view.workers:
-        click.echo("no worker has a run in flight")
+        click.echo("no worker sends a heartbeat or has a run in flight")
         return
+    workers = []
+    for w in view.workers:
+        if (p := w.presence) is None:
+            workers.append((w.worker_id, "-", str(len(w.runs)), "-", "- (no heartbeat)"))
+            continue
+        hb = p.heartbeat
+        in_flight = f"{hb.in_flight}/{hb.concurrency}"
+        workers.append(
+            (w.worker_id, ",".join(hb.queues), in_flight, hb.version, _when(p.heartbeat_at))
+        )
+    _table(("WORKER", "QUEUES", "IN FLIGHT", "VERSION", "HEARTBEAT"), workers)
+    click.echo()
     runs = [
         (w.worker_id, r.execution_id, r.task_id, r.queue, str(r.attempt), _when(r.started_at))
         for w in view.workers
         for r in w.runs
     ]
-    _table(("WORKER", "RUN", "TASK", "QUEUE", "ATTEMPT", "STARTED"), runs)
+    if runs:
+        _table(("WORKER", "RUN", "TASK", "QUEUE", "ATTEMPT", "STARTED"), runs)
+    else:
+        click.echo("no run is in flight")
     if view.truncated:
         click.echo("truncated: more runs are in flight")
 

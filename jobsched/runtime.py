@@ -39,6 +39,7 @@ from bus.leases import LeaseBucket
 from bus.micro import MicroHost
 from bus.nats import Bus, BusConfig
 from bus.notifier import NotifierStream
+from bus.presence import PresenceBucket
 from bus.slots import SlotBucket
 from bus.status import LiveStream
 from bus.tls import client_context
@@ -249,6 +250,7 @@ async def prepare_bus(settings: Settings, buses: dict[Connection, Bus]) -> bool:
         await scheduler.ensure_streams()
         await CancelMarkers(scheduler, replicas=settings.nats.stream_replicas, create=True).open()
         await SlotBucket(scheduler, replicas=settings.nats.stream_replicas, create=True).open()
+        await PresenceBucket(scheduler, replicas=settings.nats.stream_replicas).create()
     return True
 
 
@@ -497,7 +499,14 @@ class Parts:
         markers = self.markers(Connection.WORKER)
         slots = SlotBucket(bus, lease_seconds=config.slot_lease_seconds)
         return Worker(
-            bus, self.catalog, self.clock, config, markers, metrics=self.metrics, slots=slots
+            bus,
+            self.catalog,
+            self.clock,
+            config,
+            markers,
+            metrics=self.metrics,
+            slots=slots,
+            presence=PresenceBucket(bus),
         )
 
 

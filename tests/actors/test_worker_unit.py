@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from actors.worker import RETRY_AFTER_MAX_SECONDS, Worker
+from actors.worker import PRESENCE_MIN_GAP_SECONDS, RETRY_AFTER_MAX_SECONDS, Worker
 from core.clock import FakeClock
+from core.cluster import PRESENCE_HEARTBEAT_SECONDS, WorkerHeartbeat
 from core.ids import execution_id
 from core.model import ExecutionStatus, RunMessage, StatusEvent
 from core.settings import WorkerConfig
@@ -131,8 +132,34 @@ class WorkerRig:
             await self.task
 
 
+class FakePresence:
+    """A :class:`core.ports.WorkerPresenceBoard` in memory: the live heartbeats by worker id."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, WorkerHeartbeat] = {}
+        self.changed = asyncio.Event()
+
+    async def announce(self, heartbeat: WorkerHeartbeat) -> None:
+        self.live[heartbeat.worker_id] = heartbeat
+        self.changed.set()
+
+    async def withdraw(self, worker_id: str) -> None:
+        self.live.pop(worker_id, None)
+        self.changed.set()
+
+    async def beat(self, worker_id: str, in_flight: int) -> WorkerHeartbeat:
+        """Wait for a heartbeat of ``worker_id`` saying ``in_flight``."""
+        async with asyncio.timeout(5):
+            while (hb := self.live.get(worker_id)) is None or hb.in_flight != in_flight:
+                self.changed.clear()
+                await self.changed.wait()
+        return hb
+
+
 @asynccontextmanager
-async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
+async def worker_rig(
+    presence: FakePresence | None = None, **config: Any
+) -> AsyncIterator[WorkerRig]:
     bus, clock, gate, markers = FakeBus(), FakeClock(T0), Gate(), FakeCancelSignals()
     settings: dict[str, Any] = {
         "worker_id": "w1",
@@ -141,7 +168,9 @@ async def worker_rig(**config: Any) -> AsyncIterator[WorkerRig]:
         "running_grace_seconds": 0.0,  # RUNNING at once, unless a test says otherwise
     }
     worker_config = WorkerConfig(**(settings | config))
-    worker = Worker(bus, gate.catalog(), clock, worker_config, markers, timer=clock)
+    worker = Worker(
+        bus, gate.catalog(), clock, worker_config, markers, timer=clock, presence=presence
+    )
     task = asyncio.create_task(worker.run(), name="worker under test")
     rig = WorkerRig(bus, clock, gate, markers, worker, task)
     try:
@@ -508,3 +537,31 @@ async def test_attempts_within_their_grace_share_one_sleeper() -> None:
         await until(lambda: rig.statuses() == [S.RUNNING] * 3)
         rig.gate.release.set()
         assert [await rig.settled(d) for d in ds] == ["ack"] * 3
+async def at_deadline(clock: FakeClock, deadline: datetime) -> None:
+    """Move ``clock`` to ``deadline`` once a task sleeps until it."""
+    await until(lambda: deadline in clock.deadlines())
+    await clock.set(deadline)
+
+
+async def test_a_worker_heartbeats_while_it_consumes_and_withdraws_on_stop() -> None:
+    presence = FakePresence()
+    second = timedelta(seconds=PRESENCE_MIN_GAP_SECONDS)
+    async with worker_rig(presence, concurrency=3) as rig:
+        first = await presence.beat("w1", in_flight=0)
+        assert (first.queues, first.concurrency, first.started_at) == (["default"], 3, T0)
+        period = timedelta(seconds=PRESENCE_HEARTBEAT_SECONDS)
+        await at_deadline(rig.clock, T0 + period)
+        beat_at = rig.clock.now()
+        await until(lambda: beat_at + period in rig.clock.deadlines())  # renewed, asleep again
+
+        d = rig.deliver(run("block"))  # a run starting is told at once, one gap after the beat
+        await until(lambda: len(rig.gate.started) == 1)
+        await at_deadline(rig.clock, beat_at + second)
+        assert (await presence.beat("w1", in_flight=1)).started_at == T0
+
+        rig.gate.release.set()
+        assert await rig.settled(d) == "ack"
+        await at_deadline(rig.clock, beat_at + 2 * second)
+        await presence.beat("w1", in_flight=0)
+        await rig.stop()
+        assert presence.live == {}

@@ -92,9 +92,11 @@ async def test_cluster_shows_schedulers_queues_and_workers_to_an_admin(stack: St
     assert [q["queue"] for q in bus["queues"]] == ["default"]
     [worker] = view["workers"]
     assert [r["executionId"] for r in worker["runs"]] == [run.id]
+    assert worker["presence"]["heartbeat"]["queues"] == ["default"]  # live: its heartbeat
     table = (await cli(stack, "cluster", user="root", role=Role.ADMIN)).stdout
     assert "SCHEDULER" in table and "unleased partitions:" in table
     assert "WAITING PULLS" in table and run.id in table and worker["workerId"] in table
+    assert "HEARTBEAT" in table
     refused = await cli(stack, "cluster", code=1)
     assert "403" in refused.output
     await stack.client().cancel_job(job.id)

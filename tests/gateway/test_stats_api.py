@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from core.access import Role
 from core.clock import FakeClock
-from core.cluster import BusView, Lease, Member, QueueInfo
+from core.cluster import BusView, Lease, Member, QueueInfo, WorkerHeartbeat, WorkerPresence
 from core.model import TERMINAL_RANK, ExecutionStatus, state_rank
 from core.ports import JobStore
 from core.settings import GatewayConfig
@@ -258,7 +258,12 @@ class FakeCluster:
             leases=leases,
             members=[Member(scheduler="s1", heartbeat_at=NOW, expires_at=NOW, partitions=[0, 2])],
             queues=[QueueInfo(queue="default", pending=2, in_flight=1, waiting_pulls=1)],
+            workers=[WorkerPresence(heartbeat=IDLE, heartbeat_at=NOW, expires_at=NOW)],
         )
+
+
+IDLE = WorkerHeartbeat(worker_id="w-idle", queues=["default"], concurrency=4, in_flight=0,
+                       started_at=NOW, version="0.1.0")  # fmt: skip
 
 
 async def test_the_cluster_is_an_admins_with_the_stores_running_runs(tmp_path: Path) -> None:
@@ -288,8 +293,11 @@ async def test_the_cluster_is_an_admins_with_the_stores_running_runs(tmp_path: P
             assert body["unleased"] == [1, 3]
             assert [m["partitions"] for m in body["bus"]["members"]] == [[0, 2]]
             assert body["bus"]["queues"][0]["inFlight"] == 1
-            [worker] = body["workers"]
-            assert sorted(r["owner"] for r in worker["runs"]) == ["alice", "bob"]
+            busy, idle = body["workers"]  # every live worker, and every one a run names
+            assert sorted(r["owner"] for r in busy["runs"]) == ["alice", "bob"]
+            assert busy["presence"] is None  # no heartbeat: known by its runs only
+            assert (idle["workerId"], idle["runs"]) == ("w-idle", [])
+            assert idle["presence"]["heartbeat"]["concurrency"] == 4
             status, body = await gateway.get("/cluster?x=1", user="root", role=Role.ADMIN)
             assert (status, [e["field"] for e in body["errors"]]) == (422, ["x"])
     finally:

@@ -151,7 +151,7 @@ async def test_the_overview_of_every_user_is_an_admins(
 async def test_the_cluster_page_shows_the_leases_queues_and_workers_to_an_admin(
     context: BrowserContext, stack: Stack, signed_in: SignIn
 ) -> None:
-    job = await stack.client().create_job({"taskId": "sleep", "parameters": {"seconds": 3}})
+    job = await stack.client().create_job({"taskId": "sleep", "parameters": {"seconds": 60}})
     await wait_job(stack.client(), job.id, ["RUNNING"])
     tab = await admin_tab(context, stack)
     page = tab.page
@@ -164,16 +164,28 @@ async def test_the_cluster_page_shows_the_leases_queues_and_workers_to_an_admin(
     await expect(page.locator("#unleased")).to_have_text("Every partition is leased.")
     await expect(page.locator("#leases tbody tr")).to_have_count(partitions)
     await expect(page.locator('#cluster-queues tr[data-queue="default"]')).to_be_visible()
-    await expect(page.locator("#workers tbody tr")).to_contain_text("sleep")
+    worker = page.locator(f'#workers tr[data-worker="{stack.settings.worker.resolved_worker_id}"]')
+    await expect(worker).to_contain_text("heartbeat")  # live by its presence key
+    await expect(worker.locator(".in-flight")).to_have_text(
+        f"1 of {stack.settings.worker.concurrency}"
+    )
+    await expect(page.locator("#in-flight tbody tr")).to_contain_text("sleep")
     await tab.screenshot("cluster")
+    await stack.client().cancel_job(job.id)
+    await expect(worker.locator(".in-flight")).to_have_text(  # its next heartbeat says so
+        f"0 of {stack.settings.worker.concurrency}", timeout=TIMEOUT_MS
+    )
+    await expect(page.locator("#in-flight")).to_have_text("No run is running now.")
     tab.assert_clean()
 
-    user = await signed_in()  # a user: no link to it, and a refusal if asked anyway
+    user = await signed_in()  # a user: no link to it, and no request if opened anyway
     await expect(user.page.get_by_role("link", name="Cluster")).to_be_hidden()
     await user.open("/ui/cluster")
-    await expect(user.page.locator("#cluster-status")).to_have_text(
-        "Only an admin may see the cluster."
-    )
+    await expect(user.page.locator("#cluster-status")).to_contain_text("Admins only")
+    await expect(user.page.locator("#cluster")).to_have_count(0)
+    assert [u for u in user.urls if u == f"{stack.url}/cluster"] == []  # the API: not asked
+    await user.screenshot("cluster-not-admin")
+    user.assert_clean()  # no console error: no 403 was asked for
 
 
 async def test_jobs_by_creation_day_by_id_and_an_admins_all_users_switch(

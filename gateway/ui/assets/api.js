@@ -37,6 +37,17 @@ export function tokenRole(value = token()) {
   }
 }
 
+/** The token's scopes (null when it has no scope claim: every scope), for display only. */
+export function tokenScopes(value = token()) {
+  try {
+    const payload = value.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const scope = JSON.parse(atob(payload)).scope;
+    return typeof scope === "string" ? scope.split(" ").filter(Boolean) : null;
+  } catch {
+    return null;
+  }
+}
+
 export class ApiError extends Error {
   constructor(status, problem) {
     super(problem?.detail || problem?.title || `HTTP ${status}`);

@@ -1,9 +1,18 @@
 // Cluster (admins): schedulers and the partitions they lease (with each lease's expiry),
-// queues and their depth, workers and their in-flight runs — GET /cluster, one request.
-import { api, LiveFeed } from "./api.js";
+// queues and their depth, every live worker (its heartbeat) and the runs in flight — GET
+// /cluster, one request. A token that is not an admin's makes no request: the page says so.
+import { api, LiveFeed, tokenRole, tokenScopes } from "./api.js";
 import { hbars } from "./charts.js";
 import { h, inZone, relative, shortId, when } from "./format.js";
 import { liveState } from "./shell.js";
+
+const HEARTBEAT_MS = 5000; // core.cluster.PRESENCE_HEARTBEAT_SECONDS
+
+/** Whether the token's claims allow GET /cluster: role admin and, when scoped, jobs:read. */
+function mayReadCluster() {
+  const scopes = tokenScopes();
+  return tokenRole() === "admin" && (scopes === null || scopes.includes("jobs:read"));
+}
 
 function schedulers(bus) {
   if (!bus.members.length) return h("p", { class: "muted", id: "schedulers" }, "No scheduler holds a lease or sends a heartbeat.");
@@ -80,32 +89,67 @@ function queues(bus) {
   ];
 }
 
+function liveness(w) {
+  const p = w.presence;
+  if (!p) return h("span", { class: "error" }, "no heartbeat (known by its runs only)");
+  return h("span", { title: `expires ${inZone(p.expiresAt)} unless renewed` }, "heartbeat ", when(p.heartbeatAt));
+}
+
 function workers(view) {
-  if (!view.workers.length) return h("p", { class: "muted", id: "workers" }, "No run is running now (a worker is known by its runs).");
+  if (!view.workers.length) return h("p", { class: "muted", id: "workers" }, "No worker sends a heartbeat or has a run in flight.");
   return h(
     "table",
     { class: "grid", id: "workers" },
+    h("caption", { class: "visually-hidden" }, "Workers"),
+    h("thead", {}, h("tr", {}, ["Worker", "Queues", "In flight", "Version", "Started", "Alive"].map((c) => h("th", { scope: "col" }, c)))),
+    h(
+      "tbody",
+      {},
+      view.workers.map((w) => {
+        const hb = w.presence?.heartbeat;
+        return h("tr", { dataset: { worker: w.workerId }, class: w.presence ? "" : "gone" },
+          h("td", { class: "mono" }, w.workerId),
+          h("td", {}, hb ? hb.queues.join(", ") : "—"),
+          h("td", { class: "num in-flight" }, hb ? `${hb.inFlight} of ${hb.concurrency}` : String(w.runs.length)),
+          h("td", {}, hb ? hb.version : "—"),
+          h("td", {}, hb ? when(hb.startedAt) : "—"),
+          h("td", {}, liveness(w)));
+      }),
+    ),
+  );
+}
+
+function inFlightRuns(view) {
+  const rows = view.workers.flatMap((w) => w.runs.map((r) => [w, r]));
+  if (!rows.length) return h("p", { class: "muted", id: "in-flight" }, "No run is running now.");
+  return h(
+    "table",
+    { class: "grid", id: "in-flight" },
+    h("caption", { class: "visually-hidden" }, "Runs in flight"),
     h("thead", {}, h("tr", {}, ["Worker", "Run", "Task", "Owner", "Queue", "Attempt", "Started"].map((c) => h("th", { scope: "col" }, c)))),
     h(
       "tbody",
       {},
-      view.workers.flatMap((w) =>
-        w.runs.map((r, i) =>
-          h("tr", { dataset: { worker: w.workerId } },
-            h("td", { class: "mono" }, i ? "" : `${w.workerId} (${w.runs.length})`),
-            h("td", {}, h("a", { class: "mono", href: `/ui/jobs/${encodeURIComponent(r.jobId)}/runs/${encodeURIComponent(r.executionId)}` }, shortId(r.executionId))),
-            h("td", {}, r.taskId),
-            h("td", {}, r.owner),
-            h("td", {}, r.queue),
-            h("td", { class: "num" }, String(r.attempt)),
-            h("td", {}, when(r.startedAt))),
-        ),
+      rows.map(([w, r]) =>
+        h("tr", { dataset: { worker: w.workerId } },
+          h("td", { class: "mono" }, w.workerId),
+          h("td", {}, h("a", { class: "mono", href: `/ui/jobs/${encodeURIComponent(r.jobId)}/runs/${encodeURIComponent(r.executionId)}` }, shortId(r.executionId))),
+          h("td", {}, r.taskId),
+          h("td", {}, r.owner),
+          h("td", {}, r.queue),
+          h("td", { class: "num" }, String(r.attempt)),
+          h("td", {}, when(r.startedAt))),
       ),
     ),
   );
 }
 
 export function renderCluster(main) {
+  if (!mayReadCluster()) {
+    // Decided before any request: a non-admin's page makes none (the server decides anyway).
+    main.append(h("h1", {}, "Cluster"), h("p", { class: "error", role: "status", id: "cluster-status" }, "Admins only: your token's role may not see the cluster."));
+    return () => {};
+  }
   const status = h("p", { class: "muted", role: "status", id: "cluster-status" }, "Loading…");
   const body = h("div", { id: "cluster" });
   const refresh = h("button", { type: "button", id: "cluster-refresh" }, "Refresh");
@@ -132,8 +176,10 @@ export function renderCluster(main) {
               ...queues(bus),
             ]
           : [h("p", { class: "muted" }, "This gateway runs without NATS: no leases or queues to show.")]),
-        h("h2", {}, "Workers and their in-flight runs"),
+        h("h2", {}, "Workers"),
         workers(view),
+        h("h2", {}, "Runs in flight"),
+        inFlightRuns(view),
       );
     } catch (e) {
       status.textContent = e.status === 403 ? "Only an admin may see the cluster." : `Cannot load the cluster: ${e.message}`;
@@ -146,10 +192,14 @@ export function renderCluster(main) {
     if (!timer && !stopped) timer = setTimeout(load, 2000);
   };
   const feed = new LiveFeed({ onEvent: (e) => e.kind === "run" && soon(), onState: liveState, onResync: soon }).start();
+  // Workers come, go and renew their heartbeat (every 5 s) without any event on the feed:
+  // reload as often as they renew, while the tab is visible.
+  const beat = setInterval(() => document.visibilityState === "visible" && load(), HEARTBEAT_MS);
   load();
   return () => {
     stopped = true;
     clearTimeout(timer);
+    clearInterval(beat);
     feed.stop();
   };
 }
