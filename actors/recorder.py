@@ -23,6 +23,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Literal
 
 import msgspec
@@ -38,7 +39,7 @@ from core.model import (
     ExecutionStatus,
     StatusEvent,
 )
-from core.ports import Delivery, JobStore, RecorderBus
+from core.ports import Consumer, Delivery, JobStore, RecorderBus
 from core.retry import Backoff, RetryPolicy, raise_if_cancelling
 from core.values import MAX_ERROR_CHARS, storable_text
 
@@ -52,6 +53,14 @@ Entry = tuple[Delivery, StatusEvent]
 
 FETCH_RETRY = RetryPolicy(first_seconds=1.0, max_seconds=1.0)
 """A failed fetch (NATS unreachable) is tried again every second."""
+
+LINGER_SECONDS = 0.005
+"""How long a recorder in a deployment waits, once a fetch handed it fewer events than a full
+batch, for more before it writes (``jobsched.runtime``). Each store call costs a write
+transaction (a thread hand-off, an fsync, the index pages of the rows it touches: ~0.2 ms of
+CPU measured) whatever its size, so at a few hundred runs per second, when a fetch holds one
+or two events, this makes the store calls several times fewer; a run's status reaches the
+store at most this much later. The runs themselves are not delayed."""
 
 
 class _Stopping(Exception):
@@ -70,8 +79,11 @@ class Recorder:
         metrics: where it counts recorded events, failed store writes and dead letters;
             default: a registry of its own.
         clock: wall clock (the time a dead letter was set aside).
-        timer: what retry pauses are measured on; default: real time, whatever ``clock`` is
-            (unit tests pass their fake clock).
+        timer: what retry pauses and the linger are measured on; default: real time, whatever
+            ``clock`` is (unit tests pass their fake clock).
+        linger_seconds: once a fetch returned fewer events than ``batch``, wait this long
+            (seconds) for more and write them together (see :data:`LINGER_SECONDS`); 0: write
+            at once.
     """
 
     def __init__(
@@ -84,8 +96,10 @@ class Recorder:
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         timer: Clock | None = None,
+        linger_seconds: float = 0.0,
     ) -> None:
         self.timer = timer or SystemClock()
+        self.linger = timedelta(seconds=linger_seconds)
         self.bus = bus
         self.store = store
         self.batch = batch
@@ -126,12 +140,24 @@ class Recorder:
                     continue
                 backoff.reset()
                 if deliveries:
-                    await self._record(deliveries)
+                    await self._record([*deliveries, *await self._lingered(consumer, deliveries)])
         finally:
             for d in consumer.take_unprocessed():
                 with contextlib.suppress(BusUnavailable):
                     await d.nak()
             await consumer.close()
+
+    async def _lingered(self, consumer: Consumer, first: Sequence[Delivery]) -> Sequence[Delivery]:
+        """The events that arrived within the linger after a partial batch ``first``; none
+        without a linger, after a full batch, or when the fetch fails (the next one retries)."""
+        room = self.batch - len(first)
+        if not self.linger or room <= 0:
+            return []
+        await self.timer.sleep_until(self.timer.now() + self.linger, self._stopping)
+        try:
+            return await consumer.fetch(room, timeout_seconds=0.0)
+        except (ConsumerMissing, BusUnavailable):
+            return []
 
     async def _record(self, deliveries: Sequence[Delivery]) -> None:
         entries: list[Entry] = []

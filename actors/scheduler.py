@@ -440,17 +440,19 @@ class Scheduler:
         delay = self.metrics.schedule_to_publish
         done = self.state.published(messages, results)
         redispatched = 0
+        logged = log.isEnabledFor(logging.INFO)  # not a dict per run for a line nobody keeps
         for msg in done:
             if msg.redispatched_at_ms:
                 redispatched += 1
             else:
                 delay.observe(max(0.0, acked_at - msg.scheduled_for.timestamp()))
-            log.info(
-                "run %s published to %s",
-                msg.execution_id,
-                msg.queue,
-                extra={"execution_id": msg.execution_id, "partition": msg.partition},
-            )
+            if logged:
+                log.info(
+                    "run %s published to %s",
+                    msg.execution_id,
+                    msg.queue,
+                    extra={"execution_id": msg.execution_id, "partition": msg.partition},
+                )
         failed = len(messages) - len(done)
         self.metrics.dispatched_runs.inc(len(done) - redispatched)
         self.dispatched += len(done) - redispatched

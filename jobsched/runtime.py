@@ -26,7 +26,7 @@ from actors.health import Check, started
 from actors.metrics import Metrics, MetricsServer, QueueDepthMonitor
 from actors.notifier import Notifier
 from actors.ownership import CLUSTER_MIN_TTL_SECONDS, LeaseOwnership
-from actors.recorder import Recorder
+from actors.recorder import LINGER_SECONDS, Recorder
 from actors.retention import Pruner
 from actors.scheduler import Scheduler
 from actors.worker import Worker
@@ -625,6 +625,7 @@ async def serve(
                 store,
                 ack_wait_seconds=ack_wait_seconds,
                 metrics=metrics,
+                linger_seconds=LINGER_SECONDS,
             )
             actors.append(recorder)
         if roles.worker:

@@ -63,8 +63,6 @@ CREATE TABLE IF NOT EXISTS executions (
     attempts BLOB
 );
 CREATE INDEX IF NOT EXISTS executions_job ON executions (job_id, scheduled_for DESC, id DESC);
-CREATE INDEX IF NOT EXISTS executions_owner_status
-    ON executions (owner, status, scheduled_for DESC);
 CREATE INDEX IF NOT EXISTS executions_open ON executions (partition, updated_at)
     WHERE status IN ('QUEUED', 'RUNNING', 'RETRYING');
 CREATE INDEX IF NOT EXISTS executions_job_finished

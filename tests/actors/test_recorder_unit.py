@@ -126,6 +126,20 @@ async def test_events_are_written_then_acked(tmp_path: Path) -> None:
         assert rig.recorder.recorded == 2
 
 
+async def test_events_arriving_within_the_linger_share_one_store_write(tmp_path: Path) -> None:
+    async with recorder_rig(tmp_path, linger_seconds=0.005) as rig:
+        [first] = rig.deliver(event("a", S.RUNNING))
+        await rig.clock.until_asleep(1)  # the fetch returned one event: lingering for more
+        assert first.settled is None and rig.store.writes == 0
+
+        [second] = rig.deliver(event("b", S.RUNNING))
+        await rig.clock.advance(0.005)
+
+        assert await rig.settled(first, second) == ["ack", "ack"]
+        assert rig.store.writes == 1
+        assert await rig.status_of("b") == S.RUNNING
+
+
 async def test_finished_runs_are_announced_once_per_batch(tmp_path: Path) -> None:
     async with recorder_rig(tmp_path) as rig:
         ds = rig.deliver(
