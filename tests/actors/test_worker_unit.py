@@ -537,6 +537,8 @@ async def test_attempts_within_their_grace_share_one_sleeper() -> None:
         await until(lambda: rig.statuses() == [S.RUNNING] * 3)
         rig.gate.release.set()
         assert [await rig.settled(d) for d in ds] == ["ack"] * 3
+
+
 async def at_deadline(clock: FakeClock, deadline: datetime) -> None:
     """Move ``clock`` to ``deadline`` once a task sleeps until it."""
     await until(lambda: deadline in clock.deadlines())
