@@ -497,7 +497,7 @@ ROUTES: list[Route] = [
                 "Replay the run even if it has a replay already.",
             ),
         ],
-        problems=(401, 403, 404, 409, 429, 503),
+        problems=(401, 403, 404, 409, 422, 429, 503),
     ),
     Route(
         "post",
