@@ -22,6 +22,25 @@ from jobsched.natsserver import NatsServer, find_nats_server
 from tests.natsauth import AuthedNatsServer, plain_url, server_at
 from tests.support import Stack, start_stack
 
+HEAVY = (
+    "tests/ui/",
+    "tests/e2e/test_noisy_neighbour.py",
+    "tests/test_bench_smoke.py",
+    "tests/faults/test_nats_cluster.py",
+)
+"""Tests that load both cores for long stretches (browsers, every benchmark at once, a 3-node
+cluster, 400 stalled WebSocket clients): one pytest-xdist group (``make test`` runs with
+``--dist loadgroup``), so they run one after another on one worker and never two of them at
+once. Two at once starved each other's nats-server of CPU for seconds (lease renewals timed
+out), which is not what any of them tests."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(HEAVY):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
 TEST_SECRET = "test-secret-0123456789abcdef0123456789abcdef"
 
 

@@ -56,7 +56,7 @@ function spec(job, defaultNotify) {
     ["Labels", labelChips(job.labels) ?? h("span", { class: "muted" }, "none")],
     ["Task", job.taskId],
     ["Schedule", scheduleWords(s)],
-    ["Schedule (as sent)", s],
+    ["Schedule (as stored, defaults filled in)", s],
     ["Parameters", job.parameters],
     ["Queue", job.queue],
     ["Max attempts", job.maxAttempts],

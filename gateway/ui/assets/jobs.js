@@ -58,7 +58,8 @@ function row(job, showOwner = false) {
     h(
       "td",
       { class: "last" },
-      job.lastRunStatus ? badge(job.lastRunStatus) : null,
+      // a job's first run still going: it has a start time (lastRunAt) and no outcome yet
+      job.lastRunStatus ? badge(job.lastRunStatus) : job.lastRunAt ? h("span", { class: "muted" }, "in progress") : null,
       job.lastRunAt ? h("div", {}, when(job.lastRunAt, zone)) : job.lastRunStatus ? null : h("span", { class: "muted" }, "—"),
     ),
     h("td", { class: "count num" }, String(job.runCount)),

@@ -21,7 +21,7 @@ function timeline(run, zone) {
     { class: "timeline", id: "timeline" },
     known.map(([label, t], i) =>
       h("li", {}, h("span", { class: "t" }, inZone(t, zone)), " ", label,
-        i ? h("span", { class: "muted" }, ` (+${duration(between(known[i - 1][1], t))})`) : null),
+        i ? h("span", { class: "muted", title: `${duration(between(known[i - 1][1], t))} after the step before; ${duration(between(known[0][1], t))} after the scheduled time` }, ` (+${duration(between(known[i - 1][1], t))} after the step before)`) : null),
     ),
   );
 }
