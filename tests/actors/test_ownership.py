@@ -72,6 +72,11 @@ async def test_a_clean_stop_hands_partitions_over_without_waiting_for_the_ttl(
         assert time.monotonic() - stopped < 10, "took over long before the 30 s TTL"
 
 
+OBSERVE_SLACK_SECONDS = 0.25
+"""How late this test may see an ownership end it waits for by polling (event-loop and machine
+scheduling), kept below the TTL's margin over the validity (0.5 s of a 2 s TTL)."""
+
+
 async def test_a_member_that_cannot_renew_stops_owning_before_the_lease_expires(
     own_nats: NatsServer, prefix: str
 ) -> None:
@@ -86,8 +91,11 @@ async def test_a_member_that_cannot_renew_stops_owning_before_the_lease_expires(
         assert losses("fenced") == 0
         own_nats.kill()
         killed = time.monotonic()
-        await until(lambda: not a.owned, timeout_seconds=ttl)
-        assert time.monotonic() - killed <= VALIDITY * ttl + 0.1
+        await until(lambda: not a.owned, timeout_seconds=ttl)  # before the lease can expire
+        # and at the end of its validity (VALIDITY of the TTL after its last renewal, which was
+        # before the kill), as seen by this polling loop on a loaded machine: within
+        # OBSERVE_SLACK_SECONDS, still that long before the TTL (0.1 s was missed by 1 ms in CI)
+        assert time.monotonic() - killed <= VALIDITY * ttl + OBSERVE_SLACK_SECONDS
         await until(lambda: losses("fenced") == 16, timeout_seconds=30)
     assert losses("taken") == 0
 
