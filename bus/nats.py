@@ -953,27 +953,11 @@ class Bus:
         ]
         if await self._publish_atomic(batch):
             return len(batch)
-        futures = []
-        for subject, data, msg_id in batch:
-            try:
-                with translated("publish event"):
-                    futures.append(
-                        await self.js.publish_async(
-                            subject, data, headers={MSG_ID: msg_id}, wait_stall=5.0
-                        )
-                    )
-            except BusUnavailable as e:
-                log.warning("event not published: %s", e)
-        stored = 0
-        for f in futures:
-            try:
-                with translated("publish event"):
-                    async with asyncio.timeout(5):
-                        await f
-                stored += 1
-            except BusUnavailable as e:
-                log.warning("event not published: %s", e)
-        return stored
+        results = await self._publish_pipelined(batch, "publish event")
+        for error in results:
+            if error is not None:
+                log.warning("event not published: %s", error)
+        return results.count(None)
 
     async def _publish_atomic(self, batch: Sequence[tuple[str, bytes, str]]) -> bool:
         """Publish ``(subject, data, Nats-Msg-Id)`` messages of one stream as one atomic batch
