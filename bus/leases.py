@@ -16,6 +16,7 @@ and the new leader expires at once every key older than the TTL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import msgspec
@@ -46,6 +47,31 @@ def _owner(value: bytes) -> str | None:
     except msgspec.DecodeError:
         log.warning("lease value %r is not a lease; treating it as someone else's", value[:100])
         return None
+
+
+async def live_keys(kv: KeyValue, *, timeout_seconds: float) -> list[str]:
+    """The keys of ``kv`` that hold a value now (deleted and purged ones left out).
+
+    nats-py's ``KeyValue.keys`` waits without a bound for its watcher's end-of-values marker,
+    which never comes if the last pending keys expire (``max_age``) between the watcher's
+    creation and their delivery; when cancelled it also leaves its subscription behind. This
+    listing gives up after ``timeout_seconds`` and always stops its watcher.
+
+    Raises:
+        nats.errors.TimeoutError: the listing did not finish within ``timeout_seconds``.
+        nats.errors.Error: NATS refused the watcher.
+    """
+    watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
+    keys: list[str] = []
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            while (entry := await watcher.updates(timeout_seconds)) is not None:  # type: ignore[no-untyped-call]
+                keys.append(entry.key)
+    except TimeoutError as e:
+        raise nats.errors.TimeoutError from e
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]
+    return keys
 
 
 class LeaseBucket:
@@ -154,11 +180,12 @@ class LeaseBucket:
         """Current members and taken partitions (one listing of the bucket)."""
         with translated("list leases"):
             try:
-                keys = await self.kv.keys()
-            except nats.js.errors.NoKeysError:
-                keys = []
+                # a third of the TTL: a round stuck that long still renews its leases in time
+                keys = await live_keys(self.kv, timeout_seconds=self.ttl_seconds / 3)
             except nats.errors.TimeoutError as e:
-                raise BusUnavailable(f"NATS: list leases timed out: {e}") from e
+                raise BusUnavailable(
+                    f"NATS: list leases timed out after {self.ttl_seconds / 3:g} s"
+                ) from e
         members = frozenset(k[2:] for k in keys if k.startswith("m."))
         taken = frozenset(int(k[2:]) for k in keys if k.startswith("p.") and k[2:].isdigit())
         return LeaseSnapshot(members, taken)

@@ -8,13 +8,15 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import nats.errors
 import pytest
 
 from actors.metrics import Metrics
 from actors.ownership import VALIDITY, LeaseOwnership
-from bus.leases import LeaseBucket
+from bus.leases import LeaseBucket, live_keys
 from bus.nats import Bus, BusConfig
 from core.errors import LeaseLost
+from core.ports import LeaseSnapshot
 from jobsched.natsserver import NatsServer
 
 
@@ -192,3 +194,50 @@ async def test_a_lease_value_that_is_no_lease_is_someone_elses_not_a_crash(
             await bucket.renew(4, "me", mine)
     finally:
         await bus.close()
+
+
+async def test_the_lease_listing_leaves_out_released_keys_and_stops_its_watcher(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        bucket = LeaseBucket(bus, ttl_seconds=30)
+        await bucket.open()
+        assert await bucket.snapshot() == LeaseSnapshot(frozenset(), frozenset())
+        revisions = {p: await bucket.acquire(p, "a") for p in (1, 2, 3)}
+        await bucket.release(2, revisions[2] or 0)
+        await bucket.heartbeat("a")
+        subscriptions = len(bus.nc._subs)
+        assert await bucket.snapshot() == LeaseSnapshot(frozenset({"a"}), frozenset({1, 3}))
+        assert len(bus.nc._subs) == subscriptions, "the listing's watcher is stopped"
+    finally:
+        await bus.close()
+
+
+class _SilentWatcher:
+    """A KV watcher whose end-of-values marker never comes (the last pending keys expired
+    before their delivery)."""
+
+    def __init__(self) -> None:
+        self.entries: asyncio.Queue[object] = asyncio.Queue()
+        self.entries.put_nowait(type("Entry", (), {"key": "m.a"})())
+        self.stopped = False
+
+    async def updates(self, _timeout_seconds: float) -> object:
+        return await self.entries.get()
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_lease_listing_whose_end_never_comes_times_out_and_stops_its_watcher() -> None:
+    watcher = _SilentWatcher()
+
+    class Kv:
+        async def watchall(self, **_kw: object) -> _SilentWatcher:
+            return watcher
+
+    with pytest.raises(nats.errors.TimeoutError):
+        await live_keys(Kv(), timeout_seconds=0.05)  # type: ignore[arg-type]
+    assert watcher.stopped

@@ -21,6 +21,7 @@ import nats
 import nats.errors
 import nats.js.errors
 
+from bus.leases import live_keys
 from core.settings import Settings
 from core.timeutil import from_epoch_ms
 from jobsched.client import JobschedClient
@@ -77,10 +78,7 @@ class Cluster:
                 kv = await nc.jetstream().key_value(f"{self.settings.nats.subject_prefix}_leases")
             except nats.js.errors.BucketNotFoundError:
                 return {}
-            try:
-                keys = await kv.keys()
-            except nats.js.errors.NoKeysError:
-                return {}
+            keys = await live_keys(kv, timeout_seconds=5)
             owners: dict[int, str] = {}
             for key in keys:
                 if key.startswith("p."):
@@ -122,8 +120,24 @@ class Cluster:
             held = {m: len(v) for m, v in by.items()}
             raise TimeoutError(
                 f"leases not balanced among {sorted(wanted)} within {timeout_seconds:g} s: last seen "
-                f"{held} of {n} partitions; {failed_listings} listings failed"
+                f"{held} of {n} partitions; {failed_listings} listings failed\n"
+                + self.describe(wanted)
             ) from None
+
+    def describe(self, names: Iterable[str], lines: int = 15) -> str:
+        """Each child's state (running or its exit code) and the last ``lines`` of its log: what
+        a failed wait prints, so a CI failure says what the processes were doing."""
+        parts = []
+        for name in sorted(names):
+            child = self.children.get(name)
+            if child is None:
+                parts.append(f"--- {name}: not started")
+                continue
+            code = child.proc.poll()
+            state = "running" if code is None else f"exited with {code}"
+            tail = "\n".join(child.output().splitlines()[-lines:])
+            parts.append(f"--- {name} ({state}), last {lines} log lines:\n{tail}")
+        return "\n".join(parts)
 
     def runs(self) -> list[Run]:
         """Every execution in the store (read-only connection to the SQLite file)."""
