@@ -62,6 +62,7 @@ from core.quotas import TokenRequest
 from core.runs import dispatched, manual_run
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
+from core.timeutil import isoformat_z, to_utc_ms
 from core.values import check_parameters, is_text
 from gateway.explaining import explanation
 
@@ -73,6 +74,25 @@ LIVE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING})
 CHANGEABLE = frozenset({JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.PAUSED})
 COUNTS_KEPT = 10_000
 """Owners whose latest active-jobs count a gateway remembers (least recently used dropped)."""
+
+
+def request_fingerprint(body: JobCreate) -> str:
+    """What an ``Idempotency-Key`` retry is compared by: SHA-256 (hex) of ``body`` with its keys
+    sorted and every instant in UTC to the millisecond, so the same request written with another
+    UTC offset or precision (``2099-01-01T01:00:00+01:00`` for ``2099-01-01T00:00:00Z``) is the
+    same request (draft-ietf-httpapi-idempotency-key-header, "Idempotency Fingerprint")."""
+    values = msgspec.to_builtins(body, builtin_types=(datetime,), order="sorted")
+    return hashlib.sha256(_canonical.encode(_utc_instants(values))).hexdigest()
+
+
+def _utc_instants(value: object) -> object:
+    if isinstance(value, datetime):
+        return isoformat_z(to_utc_ms(value))
+    if isinstance(value, dict):
+        return {k: _utc_instants(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_utc_instants(v) for v in value]
+    return value
 
 
 class JobService:
@@ -134,7 +154,7 @@ class JobService:
         who.require_write()
         job = self._new_job(who.user, body, idempotency_key)
         await self._check_create_quotas(who.user)
-        digest = hashlib.sha256(_canonical.encode(body)).hexdigest() if idempotency_key else None
+        digest = request_fingerprint(body) if idempotency_key else None
         entry = audit_entry(who, AuditAction.CREATED, job.id, job.owner, job.created_at)
         try:
             job = await self.store.create_job(job, request_hash=digest, audit=entry)

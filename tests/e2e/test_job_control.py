@@ -172,6 +172,18 @@ async def test_idempotency_key_returns_the_original_job(stack: Stack) -> None:
         client.create_job_idempotent({**body, "parameters": {}, "maxAttempts": 2}, "order-42")
     )
     assert other.status == 409 and other.problem and other.problem.code == "idempotency_key_reused"
+    for same_instant in ("2099-01-01T01:00:00+01:00", "2098-12-31T19:00:00.000-05:00"):
+        again, replayed = await client.create_job_idempotent(
+            {**body, "schedule": {"type": "once", "executeAt": same_instant}}, "order-42"
+        )
+        assert (again.id, replayed) == (first.id, True), same_instant
+    later = await api_error(
+        client.create_job_idempotent(
+            {**body, "schedule": {"type": "once", "executeAt": "2099-01-01T00:00:00.001Z"}},
+            "order-42",
+        )
+    )
+    assert later.status == 409
     assert len((await client.list_jobs()).items) == 1
     bob_job, _ = await stack.client("bob").create_job_idempotent(body, "order-42")
     assert bob_job.id != first.id
