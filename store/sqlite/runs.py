@@ -24,7 +24,7 @@ from core.model import Execution, Page
 from core.timeutil import to_epoch_ms
 from store.pages import Keyset
 from store.sqlite.rows import audit_row, execution_from_row
-from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS
+from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS, in_chunks
 
 RUNS_SCHEMA = """
 CREATE INDEX IF NOT EXISTS executions_owner_status_scheduled
@@ -117,13 +117,11 @@ class SqliteRuns:
         return page.page(rows, execution_from_row, lambda e: (e.scheduled_for, e.id))
 
     async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
-        ids = list(dict.fromkeys(execution_ids))
         out: dict[str, list[str]] = {}
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
+        for marks, chunk in in_chunks(list(dict.fromkeys(execution_ids))):
             rows = await self._fetch(
-                "SELECT replay_of, id FROM executions "
-                f"WHERE replay_of IN ({', '.join('?' * len(chunk))}) ORDER BY replay_of, id",
+                f"SELECT replay_of, id FROM executions WHERE replay_of IN ({marks}) "
+                "ORDER BY replay_of, id",
                 chunk,
             )
             for row in rows:

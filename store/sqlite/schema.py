@@ -7,8 +7,13 @@ Mutable job fields are columns; the immutable part of a job is one JSON column (
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
 from core.job_status import HELD_VALUES
 from core.model import TERMINAL_RANK
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -293,3 +298,25 @@ WHERE id = ? AND next_run_at = ?
 
 COUNT_RUN = "UPDATE jobs SET run_count = run_count + 1 WHERE id = ?"
 """A manual run recorded: it counts like a scheduled one (the job is not advanced)."""
+
+IN_CHUNK = 500
+"""Most values :func:`in_chunks` binds in one statement."""
+
+
+def in_chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[tuple[str, Sequence[T]]]:
+    """``values`` in order as consecutive slices of at most ``size``, each with its placeholders.
+
+    Yields ``(marks, chunk)``: ``chunk`` is ``values[i : i + size]`` and ``marks`` is
+    ``"?, ?, …"`` with one ``?`` per value of it, for ``... WHERE x IN ({marks})`` bound to
+    ``chunk`` (then any other parameters of the statement). Nothing for empty ``values``, so a
+    caller runs no statement for an empty list.
+
+    The default of 500 keeps every statement under SQLite's cap on host parameters
+    (``SQLITE_MAX_VARIABLE_NUMBER``, https://www.sqlite.org/limits.html#max_variable_number):
+    999 in libraries before 3.32.0, 32766 since. Python's ``sqlite3`` uses whatever library the
+    platform links, so the store keeps under the older cap, with 499 left for the statement's
+    other parameters (``AND status != ?``).
+    """
+    for i in range(0, len(values), size):
+        chunk = values[i : i + size]
+        yield ", ".join("?" * len(chunk)), chunk

@@ -86,6 +86,7 @@ from store.sqlite.schema import (
     SCHEMA,
     TENANCY_SCHEMA,
     UPSERT_EVENT,
+    in_chunks,
 )
 from store.sqlite.stats import STATS_SCHEMA, run_stats, running_runs, scheduled_groups
 
@@ -473,14 +474,10 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             return cur.rowcount == 1
 
     async def get_executions(self, execution_ids: Collection[str]) -> list[Execution]:
-        ids = list(execution_ids)
         out: list[Execution] = []
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
+        for marks, chunk in in_chunks(list(execution_ids)):
             rows = await self._fetch(
-                f"SELECT {EXECUTION_COLUMNS} FROM executions "
-                f"WHERE id IN ({', '.join('?' * len(chunk))})",
-                chunk,
+                f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE id IN ({marks})", chunk
             )
             out.extend(self._runs(rows))
         return out
@@ -561,13 +558,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         return execution_from_row(rows[0]) if rows else None
 
     async def get_jobs(self, job_ids: Collection[str]) -> list[Job]:
-        ids = list(job_ids)
         jobs: list[Job] = []
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            rows = await self._fetch(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
-            )
+        for marks, chunk in in_chunks(list(job_ids)):
+            rows = await self._fetch(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks})", chunk)
             jobs.extend(self._jobs_of(rows))
         return jobs
 
@@ -631,11 +624,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
                 if db.execute(ADVANCE, params).rowcount == 1:
                     after[d.execution.job_id] = (d.execution.scheduled_for, d.next_run_at)
             missing = list({d.execution.job_id for d in scheduled} - after.keys())
-            for i in range(0, len(missing), 500):
-                chunk = missing[i : i + 500]
+            for marks, chunk in in_chunks(missing):
                 found = db.execute(
-                    "SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN "
-                    f"({', '.join('?' * len(chunk))})",
+                    f"SELECT id, last_scheduled_for, next_run_at FROM jobs WHERE id IN ({marks})",
                     chunk,
                 ).fetchall()
                 after.update((r[0], (instant(r[1]), instant(r[2]))) for r in found)
@@ -738,12 +729,10 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
     async def _finished_stats(self, job_ids: list[str]) -> dict[str, tuple[int, int | None]]:
         """Each job's finished runs: how many, and when the oldest ended (epoch ms)."""
         out: dict[str, tuple[int, int | None]] = {}
-        for i in range(0, len(job_ids), 500):
-            chunk = job_ids[i : i + 500]
+        for marks, chunk in in_chunks(job_ids):
             rows = await self._fetch(
                 "SELECT job_id, COUNT(*), MIN(finished_at) FROM executions "
-                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND state_rank = 1000000 "
-                "GROUP BY job_id",
+                f"WHERE job_id IN ({marks}) AND state_rank = 1000000 GROUP BY job_id",
                 chunk,
             )
             out.update((r[0], (int(r[1]), r[2])) for r in rows)
@@ -855,11 +844,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         try:
             async with self._light_transaction() as conn:
                 state: dict[str, Bucket] = {}
-                for i in range(0, len(keys), 500):
-                    chunk = keys[i : i + 500]
+                for marks, chunk in in_chunks(keys):
                     rows = await conn.execute_fetchall(
-                        "SELECT key, tokens, updated_at FROM quota_buckets "
-                        f"WHERE key IN ({', '.join('?' * len(chunk))})",
+                        f"SELECT key, tokens, updated_at FROM quota_buckets WHERE key IN ({marks})",
                         chunk,
                     )
                     state.update((r[0], Bucket(r[1], from_epoch_ms(r[2]))) for r in rows)
@@ -886,12 +873,9 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         """See :meth:`core.ports.JobStore.read_tokens`."""
         wanted = sorted(set(keys))
         found: dict[str, Bucket] = {}
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i : i + 500]
+        for marks, chunk in in_chunks(wanted):
             rows = await self._fetch(
-                "SELECT key, tokens, updated_at FROM quota_buckets "
-                f"WHERE key IN ({', '.join('?' * len(chunk))})",
-                chunk,
+                f"SELECT key, tokens, updated_at FROM quota_buckets WHERE key IN ({marks})", chunk
             )
             found.update((r[0], Bucket(r[1], from_epoch_ms(r[2]))) for r in rows)
         return found
@@ -941,13 +925,10 @@ def _transact(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -
 def _record_attempts(db: sqlite3.Connection, by_run: dict[str, list[StatusEvent]]) -> None:
     """Merge each run's attempt-observing events into its attempt history (inside the write
     transaction of ``apply_events``, so no concurrent merge can interleave)."""
-    ids = list(by_run)
     updates: list[tuple[bytes, str]] = []
-    for i in range(0, len(ids), 500):
-        chunk = ids[i : i + 500]
+    for marks, chunk in in_chunks(list(by_run)):
         rows = db.execute(
-            "SELECT id, attempts FROM executions "
-            f"WHERE id IN ({', '.join('?' * len(chunk))}) AND status != ?",
+            f"SELECT id, attempts FROM executions WHERE id IN ({marks}) AND status != ?",
             [*chunk, NEVER_RAN.value],
         ).fetchall()
         for run_id, raw in rows:
@@ -962,17 +943,13 @@ async def _delete_finished(conn: aiosqlite.Connection, ids: list[str]) -> int:
     """Delete executions by id if they are (still) finished, with their notification
     attempts; how many executions."""
     deleted = 0
-    for i in range(0, len(ids), 500):
-        chunk = ids[i : i + 500]
+    for marks, chunk in in_chunks(ids):
         cur = await conn.execute(
-            f"DELETE FROM executions WHERE id IN ({', '.join('?' * len(chunk))}) "
-            "AND state_rank = 1000000",
-            chunk,
+            f"DELETE FROM executions WHERE id IN ({marks}) AND state_rank = 1000000", chunk
         )
         deleted += cur.rowcount
         await conn.execute(
-            f"DELETE FROM notification_attempts WHERE execution_id IN "
-            f"({', '.join('?' * len(chunk))}) "
+            f"DELETE FROM notification_attempts WHERE execution_id IN ({marks}) "
             "AND NOT EXISTS (SELECT 1 FROM executions WHERE id = execution_id)",
             chunk,
         )
