@@ -923,14 +923,7 @@ class Bus:
                 return [None]
             except BusUnavailable as e:
                 return [e]
-        batch = [
-            (
-                self.config.status_subject(event.owner, event.job_id),
-                run_encoder.encode(event),
-                status_msg_id(event.execution_id, event.status, event.attempt),
-            )
-            for event in events
-        ]
+        batch = self._status_batch(events)
         if await self._publish_atomic(batch):
             return [None] * len(batch)
         return await self._publish_pipelined(batch, "publish status")
@@ -941,16 +934,7 @@ class Bus:
         Used for transitions the store already holds (job changes, QUEUED and SKIPPED runs):
         losing one delays nobody's work, so failures are logged, not retried.
         """
-        batch = [
-            (
-                self.config.status_subject(event.owner, event.job_id),
-                run_encoder.encode(event),
-                job_event_msg_id(event.job_id, event.event, event.at)
-                if isinstance(event, JobEvent)
-                else status_msg_id(event.execution_id, event.status, event.attempt),
-            )
-            for event in events
-        ]
+        batch = self._status_batch(events)
         if await self._publish_atomic(batch):
             return len(batch)
         results = await self._publish_pipelined(batch, "publish event")
@@ -958,6 +942,29 @@ class Bus:
             if error is not None:
                 log.warning("event not published: %s", error)
         return results.count(None)
+
+    def _status_batch(self, events: Sequence[Event]) -> list[tuple[str, bytes, str]]:
+        """Each event as ``(subject, msgspec JSON, Nats-Msg-Id)`` for the status stream, in order.
+
+        The subject is its job's (:meth:`BusConfig.status_subject`); the id is
+        :func:`core.ids.status_msg_id` for a run's transition (as :meth:`publish_status` sets it)
+        and :func:`core.ids.job_event_msg_id` for a job event, so a re-published event is stored
+        once. For the hot publish path (issue 14) the bound methods are looked up once per batch,
+        and the variant is told by its exact type (:class:`JobEvent` is final), which CPython
+        checks without a call, where ``isinstance`` on a msgspec Struct goes through its
+        metaclass.
+        """
+        subject, encode = self.config.status_subject, run_encoder.encode
+        return [
+            (
+                subject(event.owner, event.job_id),
+                encode(event),
+                job_event_msg_id(event.job_id, event.event, event.at)
+                if type(event) is JobEvent
+                else status_msg_id(event.execution_id, event.status, event.attempt),
+            )
+            for event in events
+        ]
 
     async def _publish_atomic(self, batch: Sequence[tuple[str, bytes, str]]) -> bool:
         """Publish ``(subject, data, Nats-Msg-Id)`` messages of one stream as one atomic batch

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar, final
 
 import msgspec
 
@@ -647,11 +647,15 @@ class StatusEvent(Model, kw_only=True, frozen=True, tag="run", tag_field="kind")
 JobEventType = Literal["created", "changed", "paused", "resumed", "cancelled", "deleted"]
 
 
+@final
 class JobEvent(Model, kw_only=True, frozen=True, tag="job", tag_field="kind"):
     """A change of a job itself (``kind: "job"``), published by the gateway after the store
     accepted it, on the same subject and stream as the job's run events (for live clients; the
     store already holds the change). ``actor`` is the user who made it (an admin acting on
-    another user's job differs from ``owner``)."""
+    another user's job differs from ``owner``).
+
+    Final (a variant of the tagged union :data:`Event`, never subclassed): ``type(e) is JobEvent``
+    tells the variants apart as ``isinstance`` does, and costs less on a msgspec Struct."""
 
     job_id: str
     owner: str
