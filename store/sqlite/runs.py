@@ -24,7 +24,7 @@ from core.model import Execution, Page
 from core.timeutil import to_epoch_ms
 from store.pages import Keyset
 from store.sqlite.rows import audit_row, execution_from_row
-from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS
+from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS, REPLAYS_OF
 
 RUNS_SCHEMA = """
 CREATE INDEX IF NOT EXISTS executions_owner_status_scheduled
@@ -121,11 +121,7 @@ class SqliteRuns:
         out: dict[str, list[str]] = {}
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            rows = await self._fetch(
-                "SELECT replay_of, id FROM executions "
-                f"WHERE replay_of IN ({', '.join('?' * len(chunk))}) ORDER BY replay_of, id",
-                chunk,
-            )
+            rows = await self._fetch(REPLAYS_OF.format(", ".join("?" * len(chunk))), chunk)
             for row in rows:
                 out.setdefault(row["replay_of"], []).append(row["id"])
         return out
