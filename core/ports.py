@@ -154,11 +154,21 @@ class ManualDispatch:
     (optional) with it, only if it inserted it. There is no compare-and-set: the job is left as
     it is (``next_run_at``, ``last_scheduled_for``, ``last_dispatched_for``, ``run_count``), so
     its scheduled occurrences go on as if the manual run did not exist, and its outcome is
-    always ``advanced``.
+    ``advanced`` unless ``sole_replay`` refused it.
+
+    ``sole_replay`` (for a replay: ``execution.replay_of`` set; a replay without ``force``, and
+    every bulk replay): the run is recorded only if the run it replays has no other replay (a
+    record with the execution's own id does not count: a repeated bulk batch), the rule of
+    :func:`core.bulk.replayed_by_another`, checked atomically with the insert: of concurrent
+    sole replays of one run (other gateways' included) exactly one is recorded. A refused one
+    creates nothing (no record, no audit entry, no ``run_count``) and its outcome names the
+    run's latest other replay (:attr:`DispatchOutcome.replayed_as`). A replay with ``force``
+    (``sole_replay`` False) is recorded whatever replays the run has.
     """
 
     execution: Execution
     audit: AuditEntry | None = None
+    sole_replay: bool = False
 
 
 AnyDispatch = Dispatch | ManualDispatch
@@ -173,12 +183,16 @@ class DispatchOutcome:
     Attributes:
         created: the execution record was inserted now (False: it existed already).
         advanced: the job's compare-and-set succeeded (False: someone else advanced or changed
-            the job; the caller must not publish a run it did not create or advance). Always
-            True for a :class:`ManualDispatch`, which has no compare-and-set.
+            the job; the caller must not publish a run it did not create or advance). True for
+            a :class:`ManualDispatch`, which has no compare-and-set, unless its
+            ``sole_replay`` was refused.
+        replayed_as: a refused ``sole_replay``: the latest other replay of the run it replays
+            (``created`` and ``advanced`` False); None otherwise.
     """
 
     created: bool
     advanced: bool
+    replayed_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

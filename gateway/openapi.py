@@ -485,7 +485,8 @@ ROUTES: list[Route] = [
         "/jobs/{job_id}/executions/{execution_id}/replay",
         "Replay a finished run: a new run (new id, replayOf = this one), dispatched now. A run "
         "that has a replay already is a 409 already_replayed (replayId: its latest replay) "
-        "unless force=true",
+        "unless force=true; of concurrent replays of one run without force, one is created and "
+        "the others are that 409",
         201,
         Execution,
         params=[

@@ -70,6 +70,8 @@ class Replayed:
     run: Execution | None
     created: bool = False
     reason: str | None = None
+    replayed_as: str | None = None
+    """Skipped because the run has a replay already: its latest replay."""
 
 
 class RunService:
@@ -117,7 +119,11 @@ class RunService:
         """A new run of the job (a new id, ``replayOf`` = ``execution_id``), dispatched now as
         a manual trigger is, with the job's current parameters and options. A run that has a
         replay already is replayed again only with ``force`` (a retried request, or a second
-        click, must not run the job twice; a replay that failed is replayed as itself).
+        click, must not run the job twice; a replay that failed is replayed as itself). The
+        refusal is checked before the quota is taken (a run replayed long ago costs no token)
+        and again by the store, atomically with the insert (``ManualDispatch.sole_replay``):
+        of concurrent replays of one run without ``force``, on any gateway, one is created
+        and the others get the same ``AlreadyReplayed`` (having taken their token).
 
         Raises:
             Forbidden: a read-only token.
@@ -147,7 +153,9 @@ class RunService:
                 raise AlreadyReplayed(original.id, latest)
         now = self.clock.now()
         await self._take_runs({owner: 1}, now)
-        [result] = await self.replay_runs(who, [(job, original)], now, force=True)
+        [result] = await self.replay_runs(who, [(job, original)], now, force=force)
+        if result.replayed_as is not None:
+            raise AlreadyReplayed(original.id, result.replayed_as)
         assert result.run is not None
         return result.run
 
@@ -162,20 +170,14 @@ class RunService:
     ) -> list[Replayed]:
         """Replay each ``(job, run)`` (job None: deleted), in one store call: skipped when the
         job is gone or cancelled, the run cannot be replayed, or (unless ``force``) the run has
-        a replay already (:func:`core.bulk.replayed_by_another`; a replay that failed is a run
-        of its own, replayed as any other). A bulk action's replays have ids derived from it
-        (:func:`core.bulk.replay_nonce`), at its creation time, so a batch repeated after a
+        a replay already (:func:`core.bulk.replayed_by_another`, which the store applies
+        atomically with the insert: ``ManualDispatch.sole_replay``; a replay that failed is a
+        run of its own, replayed as any other). A bulk action's replays have ids derived from
+        it (:func:`core.bulk.replay_nonce`), at its creation time, so a batch repeated after a
         crash creates none twice (``created`` False for those: its own replay does not make
         the run skipped). Quotas are the caller's to check."""
         results: list[Replayed] = []
         todo: list[tuple[int, Job, Execution]] = []
-        replays = (
-            {}
-            if force
-            else await self.store.replays_of(
-                [r.id for j, r in pairs if j is not None and r.status in REPLAYABLE]
-            )
-        )
         for i, (job, original) in enumerate(pairs):
             if job is None or job.status == JobStatus.CANCELLED:
                 results.append(Replayed(None, reason="the job is cancelled or deleted"))
@@ -186,10 +188,6 @@ class RunService:
             at = None if bulk is None else bulk.created_at
             nonce = None if bulk is None else replay_nonce(bulk.id, original.id)
             run = replay_run(job, original, now, nonce=nonce, at=at)
-            latest = replayed_by_another(original.id, replays, run.id)
-            if latest is not None:
-                results.append(Replayed(None, reason=f"replayed already as {latest}"))
-                continue
             results.append(Replayed(run))
             todo.append((i, job, run))
         if not todo:
@@ -207,12 +205,20 @@ class RunService:
                     replay_of=run.replay_of,
                     bulk_id=None if bulk is None else bulk.id,
                 ),
+                sole_replay=not force,
             )
             for _, job, run in todo
         ]
         outcomes = await self.store.dispatch(dispatches)
         to_publish = []
         for (i, job, run), outcome in zip(todo, outcomes, strict=True):
+            if outcome.replayed_as is not None:
+                results[i] = Replayed(
+                    None,
+                    reason=f"replayed already as {outcome.replayed_as}",
+                    replayed_as=outcome.replayed_as,
+                )
+                continue
             results[i] = Replayed(run, created=outcome.created)
             to_publish.append((job, run, outcome))
             log.info(

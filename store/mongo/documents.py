@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import msgspec
 from bson.binary import Binary
 
-from core.model import Attempt, DeadLetter, JobSpec, Model
-from store.mongo.schema import ID, Document
+from core.model import Attempt, DeadLetter, Execution, JobSpec, Model
+from store.mongo.schema import FIRST_REPLAY_OF, ID, Document
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,17 @@ def from_document(doc: Mapping[str, Any], kind: type[M]) -> M:
     fields = {k: v for k, v in doc.items() if k != ID}
     fields["id"] = doc[ID]
     return msgspec.convert(fields, kind)
+
+
+def execution_document(execution: Execution, *, sole_replay: bool = False) -> Document:
+    """The stored document of a run dispatched by :meth:`MongoStore.dispatch`; a
+    ``sole_replay`` (:class:`core.ports.ManualDispatch`) also carries ``firstReplayOf`` (the
+    run it replays), the key of the unique index that lets one of concurrent sole replays of a
+    run in. The field is bookkeeping: :func:`from_document` ignores it."""
+    doc = to_document(execution)
+    if sole_replay and execution.replay_of is not None:
+        doc[FIRST_REPLAY_OF] = execution.replay_of
+    return doc
 
 
 def dead_letter_document(letter: DeadLetter) -> Document:

@@ -46,6 +46,10 @@ LAST_RUN_STATE_RANK = "lastRunStateRank"
 REQUEST_HASH = "requestHash"
 # ... and the index terms of its labels (:func:`core.labels.label_terms`: "key", "key=value").
 LABEL_TERMS = "labelTerms"
+# Bookkeeping field of an execution document that is not part of the Execution schema: set on
+# a replay made without force (``ManualDispatch.sole_replay``), the run it replays (as
+# ``replayOf``); unique (``executions_first_replay_of``), so a run has at most one such replay.
+FIRST_REPLAY_OF = "firstReplayOf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,10 @@ KEYED = {"idempotencyKey": {"$type": "string"}}
 unique). ``$type`` rather than ``$exists``, so a stray explicit null would not count as a key."""
 REPLAYS = {"replayOf": {"$type": "string"}}
 """Partial filter of ``executions_replay_of``: only replays are indexed."""
+FIRST_REPLAYS = {FIRST_REPLAY_OF: {"$type": "string"}}
+"""Partial filter of ``executions_first_replay_of``: only replays made without force are indexed
+(and unique)."""
+FIRST_REPLAY_INDEX = "executions_first_replay_of"
 IDEMPOTENCY_INDEX = "jobs_owner_idempotency_key"
 NAMED = {"name": {"$type": "string"}}
 """Partial filter of ``jobs_owner_name`` and ``jobs_name``: only jobs with a name are indexed
@@ -327,6 +335,15 @@ INDEXES: tuple[IndexSpec, ...] = (
         (("replayOf", ASCENDING),),
         "replays_of: the replays of a run (a bulk replay skips a run replayed already)",
         partial=REPLAYS,
+    ),
+    IndexSpec(
+        EXECUTIONS,
+        FIRST_REPLAY_INDEX,
+        ((FIRST_REPLAY_OF, ASCENDING),),
+        "dispatch: of concurrent replays of a run without force (one-by-one or bulk), the "
+        "server lets one insert through",
+        partial=FIRST_REPLAYS,
+        unique=True,
     ),
     IndexSpec(
         BULK_ACTIONS,

@@ -19,6 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 
 from core.audit import AuditEntry, AuditQuery, AuditRecord, audit_record
+from core.bulk import replayed_by_another
 from core.cluster import InFlightRun
 from core.errors import (
     ConfigError,
@@ -47,10 +48,11 @@ from core.ports import (
 from core.quotas import Bucket, TokenRequest, take_all
 from core.stats import RunStats
 from core.values import storable_event
-from store.dispatching import advanced
+from store.dispatching import ReplayGuard, advanced, sole_originals
 from store.mongo.documents import (
     dead_letter_document,
     dead_letter_from_document,
+    execution_document,
     from_document,
     stored_attempts,
     to_document,
@@ -542,10 +544,19 @@ class MongoStore(MongoNotifications, MongoRuns):
         A failure between 1 and 2 leaves a QUEUED execution whose job was not advanced; the
         scheduler's retry of the same dispatch finds it (created=False) and advances the job.
         A manual run (:class:`ManualDispatch`) has no steps 2 to 4.
+
+        A sole replay (``ManualDispatch.sole_replay``) is decided in step 1 without a
+        transaction, by two checks: the replays its run has before the insert (one
+        ``replays_of`` query for the batch: replays recorded earlier, with or without force, by
+        any version) refuse it; then its document carries ``firstReplayOf``, whose partial
+        unique index lets exactly one of concurrent sole replays of a run in (the server decides
+        between gateways). A duplicate key on a sole replay is told apart (its own id existed:
+        a repeated batch; or another replay won) by reading the run's replays again.
         """
         if not runs:
             return []
-        inserted = await self._insert_executions([d.execution for d in runs])
+        guard = ReplayGuard(await self.replays_of(sole_originals(runs)))
+        inserted, refused = await self._insert_dispatched(runs, [guard.refusal(d) for d in runs])
         audits = {
             d.execution.id: d.audit
             for d, new in zip(runs, inserted, strict=True)
@@ -575,21 +586,53 @@ class MongoStore(MongoNotifications, MongoRuns):
         ]
         kept = await self._delete_unchanged(orphans)
         return [
-            DispatchOutcome(created=new and (ok or d.execution.id in kept), advanced=ok)
-            for d, ok, new in zip(runs, oks, inserted, strict=True)
+            DispatchOutcome(created=False, advanced=False, replayed_as=latest)
+            if latest is not None
+            else DispatchOutcome(created=new and (ok or d.execution.id in kept), advanced=ok)
+            for d, ok, new, latest in zip(runs, oks, inserted, refused, strict=True)
         ]
 
-    async def _insert_executions(self, executions: Sequence[Execution]) -> list[bool]:
-        """Insert ``executions``; for each, whether this call inserted it."""
+    async def _insert_dispatched(
+        self, runs: Sequence[AnyDispatch], refused: Sequence[str | None]
+    ) -> tuple[list[bool], list[str | None]]:
+        """Insert the executions of ``runs`` that no replay ``refused`` already (unordered);
+        for each run, whether this call inserted it, and the replay that refused it (a sole
+        replay that lost on ``executions_first_replay_of``: its run's latest other replay).
+
+        Raises:
+            StoreUnavailable: a sole replay lost to a replay that was gone when read back (its
+                job deleted meanwhile): retry.
+        """
+        todo = [i for i, r in enumerate(refused) if r is None]
+        sole = [isinstance(d, ManualDispatch) and d.sole_replay for d in runs]
+        inserted, refused = [False] * len(runs), list(refused)
+        duplicates: set[int] = set()
         try:
             with translated("insert executions", passing=(BulkWriteError,)):
-                await self._executions.insert_many(
-                    [to_document(e) for e in executions], ordered=False
+                if todo:
+                    await self._executions.insert_many(
+                        [execution_document(runs[i].execution, sole_replay=sole[i]) for i in todo],
+                        ordered=False,
+                    )
+        except BulkWriteError as error:
+            duplicates = {todo[k] for k in duplicate_indexes(error, "insert executions")}
+        for i in todo:
+            inserted[i] = i not in duplicates
+        contested = [runs[i].execution for i in sorted(duplicates) if sole[i]]
+        if not contested:
+            return inserted, refused
+        after = await self.replays_of([e.replay_of for e in contested if e.replay_of])
+        for i in sorted(duplicates):
+            run = runs[i].execution
+            if not sole[i] or run.replay_of is None or run.id in after.get(run.replay_of, ()):
+                continue  # its own id existed: a repeated dispatch
+            latest = replayed_by_another(run.replay_of, after, run.id)
+            if latest is None:
+                raise StoreUnavailable(
+                    f"the replays of run {run.replay_of} changed meanwhile; retry"
                 )
-        except BulkWriteError as e:
-            existed = duplicate_indexes(e, "insert executions")
-            return [i not in existed for i in range(len(executions))]
-        return [True] * len(executions)
+            refused[i] = latest
+        return inserted, refused
 
     async def _advanced(self, runs: Sequence[Dispatch]) -> list[bool]:
         """Which runs advanced their job (see :func:`store.dispatching.advanced`)."""

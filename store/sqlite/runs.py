@@ -24,7 +24,7 @@ from core.model import Execution, Page
 from core.timeutil import to_epoch_ms
 from store.pages import Keyset
 from store.sqlite.rows import audit_row, execution_from_row
-from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS, in_chunks
+from store.sqlite.schema import AUDIT_INSERT, EXECUTION_COLUMNS, REPLAYS_OF, in_chunks
 
 RUNS_SCHEMA = """
 CREATE INDEX IF NOT EXISTS executions_owner_status_scheduled
@@ -119,11 +119,7 @@ class SqliteRuns:
     async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for marks, chunk in in_chunks(list(dict.fromkeys(execution_ids))):
-            rows = await self._fetch(
-                f"SELECT replay_of, id FROM executions WHERE replay_of IN ({marks}) "
-                "ORDER BY replay_of, id",
-                chunk,
-            )
+            rows = await self._fetch(REPLAYS_OF.format(marks), chunk)
             for row in rows:
                 out.setdefault(row["replay_of"], []).append(row["id"])
         return out

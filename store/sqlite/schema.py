@@ -296,6 +296,14 @@ UPDATE jobs SET next_run_at = ?, last_scheduled_for = ?, run_count = run_count +
 WHERE id = ? AND next_run_at = ?
 """
 
+REPLAYS_OF = "SELECT replay_of, id FROM executions WHERE replay_of IN ({}) ORDER BY replay_of, id"
+"""The replays of some runs (``{}``: one ``?`` per run id), by run, in id order (index
+``executions_replay_of``). Read by ``replays_of``, and inside the write transaction of a
+``dispatch`` with sole replays: there, ``BEGIN IMMEDIATE`` holds the database's write lock from
+the transaction's start, so no other connection or process can insert a replay between this
+read and the insert it decides (SQLite has one writer at a time), and the check and the insert
+are as one."""
+
 COUNT_RUN = "UPDATE jobs SET run_count = run_count + 1 WHERE id = ?"
 """A manual run recorded: it counts like a scheduled one (the job is not advanced)."""
 

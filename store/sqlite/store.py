@@ -40,7 +40,7 @@ from core.quotas import Bucket, TokenRequest, take_all
 from core.stats import RunStats
 from core.timeutil import from_epoch_ms, to_epoch_ms
 from core.values import storable_event
-from store.dispatching import JobState, advanced
+from store.dispatching import JobState, ReplayGuard, advanced, sole_originals
 from store.pages import Keyset
 from store.rows import RowReader
 from store.sqlite.notifications import NOTIFICATION_SCHEMA, SqliteNotifications
@@ -83,6 +83,7 @@ from store.sqlite.schema import (
     LABELS_SCHEMA,
     MIGRATION_FILLS,
     MIGRATIONS,
+    REPLAYS_OF,
     SCHEMA,
     TENANCY_SCHEMA,
     UPSERT_EVENT,
@@ -587,7 +588,11 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
         points past the run anyway (:func:`store.dispatching.advanced`). A
         :class:`ManualDispatch` has no compare-and-set: its run is inserted unless it exists,
         and only then counted in its job's ``run_count`` and audited. An insert's row count
-        says whether the record was created now.
+        says whether the record was created now. The replays of the runs that sole replays
+        replay are read in the same transaction, before the inserts (:data:`REPLAYS_OF`, one
+        statement per 500 runs; none without a sole replay), and decide each sole replay
+        (:class:`store.dispatching.ReplayGuard`): under ``BEGIN IMMEDIATE`` no other writer can
+        come between, so of concurrent sole replays of one run exactly one is recorded.
         """
         if not runs:
             return []
@@ -616,7 +621,10 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             ]
         scheduled = [d for d in runs if isinstance(d, Dispatch)]
 
+        originals = sole_originals(runs)
+
         def work(db: sqlite3.Connection) -> list[DispatchOutcome]:
+            guard = ReplayGuard(_replays_of(db, originals))
             after: dict[str, JobState] = {}
             for d, params in zip(runs, cas, strict=True):
                 if not isinstance(d, Dispatch) or params is None:
@@ -633,8 +641,16 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
             oks = iter(advanced(scheduled, after))
             outcomes = []
             for d, row, audit in zip(runs, rows, audits, strict=True):
+                latest = guard.refusal(d)
+                if latest is not None:
+                    outcomes.append(
+                        DispatchOutcome(created=False, advanced=False, replayed_as=latest)
+                    )
+                    continue
                 adv = next(oks) if isinstance(d, Dispatch) else True
                 created = adv and db.execute(EXECUTION_INSERT, row).rowcount == 1
+                if created:
+                    guard.recorded(d.execution)
                 if created and isinstance(d, ManualDispatch):
                     db.execute(COUNT_RUN, (d.execution.job_id,))
                 if created and audit is not None:
@@ -919,6 +935,16 @@ def _transact(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -
         db.rollback()
         raise
     db.commit()
+    return out
+
+
+def _replays_of(db: sqlite3.Connection, originals: Sequence[str]) -> dict[str, list[str]]:
+    """:meth:`SqliteRuns.replays_of` on the writer's connection, inside its write transaction
+    (``dispatch``'s sole replays: see :data:`REPLAYS_OF`)."""
+    out: dict[str, list[str]] = {}
+    for marks, chunk in in_chunks(originals):
+        for original, replay in db.execute(REPLAYS_OF.format(marks), chunk):
+            out.setdefault(original, []).append(replay)
     return out
 
 

@@ -120,8 +120,16 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
             404,
             "job_not_found",
         )
-        run = await api.replay(job.id, original.id)
+        # concurrent replays: one is made, the others are the same 409 naming it
+        answers = await asyncio.gather(
+            *(api.replay(job.id, original.id) for _ in range(4)), return_exceptions=True
+        )
+        [run] = [a for a in answers if isinstance(a, Execution)]
         assert run.replay_of == original.id
+        refused = [a for a in answers if isinstance(a, ApiError)]
+        assert [
+            (e.status, e.problem and (e.problem.code, e.problem.replay_id)) for e in refused
+        ] == [(409, ("already_replayed", run.id))] * 3
         with pytest.raises(ApiError) as twice:
             await api.replay(job.id, original.id)
         problem = twice.value.problem

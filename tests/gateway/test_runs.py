@@ -5,7 +5,8 @@ the store alone."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from aiohttp.test_utils import TestServer
 from core.access import READ, SCOPES, Principal, Role
 from core.audit import AuditAction, AuditQuery
 from core.backfill import BackfillRequest
-from core.bulk import BulkCreate, BulkKind, BulkStatus, RunQuery
+from core.bulk import AlreadyReplayed, BulkCreate, BulkKind, BulkStatus, RunQuery
 from core.clock import FakeClock
 from core.errors import InvalidRequest
 from core.model import (
@@ -91,10 +92,10 @@ class Gateway:
         return run
 
 
-@pytest.fixture
-async def gw(tmp_path: Path) -> AsyncIterator[Gateway]:
+@asynccontextmanager
+async def serving(store: SqliteStore) -> AsyncIterator[Gateway]:
+    """A gateway over HTTP on ``store`` (opened here, closed after)."""
     clock = FakeClock(T0)
-    store = SqliteStore(tmp_path / "runs.db")
     await store.open()
     deps = GatewayDeps(
         store=store,
@@ -105,10 +106,18 @@ async def gw(tmp_path: Path) -> AsyncIterator[Gateway]:
     )
     server = TestServer(create_app(deps), host="127.0.0.1")
     await server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield Gateway(str(server.make_url("")).rstrip("/"), store, session, clock)
-    await server.close()
-    await store.close()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield Gateway(str(server.make_url("")).rstrip("/"), store, session, clock)
+    finally:
+        await server.close()
+        await store.close()
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with serving(SqliteStore(tmp_path / "runs.db")) as gateway:
+        yield gateway
 
 
 def ids(page: Any) -> list[str]:
@@ -253,6 +262,111 @@ async def test_a_run_replayed_already_is_a_409_naming_its_replay_unless_forced(
     await fail_run(gw, first["id"])
     status, again, _ = await gw.call("POST", f"/jobs/{job.id}/executions/{first['id']}/replay")
     assert status == 201 and again["replayOf"] == first["id"]
+
+
+class RacingStore(SqliteStore):
+    """A real SQLite store whose first ``racers`` calls of ``replays_of`` (the gateway's own
+    check before it takes a quota token) all answer only once every one of them has read:
+    each concurrent request then passes that check before any dispatches, the interleaving
+    that the race needs, made certain. Later calls are not held."""
+
+    def __init__(self, path: Path, racers: int) -> None:
+        super().__init__(path)
+        self.racers = racers
+        self.checked = 0
+        self._all_checked = asyncio.Event()
+
+    async def replays_of(self, execution_ids: Collection[str]) -> dict[str, list[str]]:
+        found = await super().replays_of(execution_ids)
+        if self.checked < self.racers:
+            self.checked += 1
+            if self.checked == self.racers:
+                self._all_checked.set()
+            async with asyncio.timeout(10):
+                await self._all_checked.wait()
+        return found
+
+
+RACERS = 6
+
+
+async def test_of_concurrent_replays_of_a_run_one_is_created_the_others_409_naming_it(
+    tmp_path: Path,
+) -> None:
+    async with serving(RacingStore(tmp_path / "race.db", RACERS)) as gw:
+        job = await gw.job()
+        original = await gw.failed(job, 10)
+        path = f"/jobs/{job.id}/executions/{original.id}/replay"
+        answers = await asyncio.gather(*(gw.call("POST", path) for _ in range(RACERS)))
+        assert isinstance(gw.store, RacingStore) and gw.store.checked == RACERS
+        assert sorted(status for status, _, _ in answers) == [201] + [409] * (RACERS - 1)
+        [winner] = [body for status, body, _ in answers if status == 201]
+        losers = [(body, headers) for status, body, headers in answers if status == 409]
+        for problem, headers in losers:
+            assert headers["Content-Type"].startswith("application/problem+json")
+            assert (problem["code"], problem["status"], problem["replayId"]) == (
+                "already_replayed",
+                409,
+                winner["id"],
+            )
+            assert winner["id"] in problem["detail"]
+        assert await gw.store.replays_of([original.id]) == {original.id: [winner["id"]]}
+        trail = await gw.store.list_audit(AuditQuery(job_id=job.id), limit=50, cursor=None)
+        replays = [r.execution_id for r in trail.items if r.action == AuditAction.REPLAYED]
+        assert replays == [winner["id"]]
+        # the sequential refusal is the same problem (but for its request id)
+        status, sequential, _ = await gw.call("POST", path)
+        assert status == 409
+
+        def shape(problem: Any) -> Any:
+            return {k: v for k, v in problem.items() if k not in ("instance", "requestId")}
+
+        assert all(shape(problem) == shape(sequential) for problem, _ in losers)
+        # force replays it again, concurrently too: every forced request is a replay
+        forced = await asyncio.gather(
+            *(gw.call("POST", path, params={"force": "true"}) for _ in range(3))
+        )
+        assert [status for status, _, _ in forced] == [201] * 3
+        made = sorted([winner["id"], *(body["id"] for _, body, _ in forced)])
+        assert await gw.store.replays_of([original.id]) == {original.id: made}
+        status, problem, _ = await gw.call("POST", path)
+        assert (status, problem["replayId"]) == (409, made[-1])
+
+
+async def test_concurrent_bulk_replays_of_the_same_runs_replay_each_once(runs: Runs) -> None:
+    """Two bulk actions over the same dead letters (two gateways' runners, each batch its own
+    store call) and a one-by-one replay at once: each run gets one replay; the others skip it
+    or are refused naming it."""
+    seeded = await seed(runs, "alice", 4, ExecutionStatus.FAILED)
+    by_id = {r.id: r for r in await runs.store.get_executions([r.id for r in seeded])}
+    failed = [by_id[r.id] for r in seeded]  # as FAILED
+    alice = Principal("alice")
+    [job] = await runs.store.get_jobs({failed[0].job_id})
+    actions = [await runs.service.create_bulk(alice, BulkKind.REPLAY, BulkCreate()) for _ in "ab"]
+    pairs = [(job, r) for r in failed]
+    now = runs.clock.now()
+    one, first, second = await asyncio.gather(
+        runs.service.replay(alice, job.id, failed[0].id),
+        runs.service.replay_runs(alice, pairs, now, bulk=actions[0]),
+        runs.service.replay_runs(alice, pairs, now, bulk=actions[1]),
+        return_exceptions=True,
+    )
+    assert isinstance(first, list) and isinstance(second, list), (first, second)
+    got = await runs.store.replays_of([r.id for r in failed])
+    assert {k: len(v) for k, v in got.items()} == {r.id: 1 for r in failed}
+    for i, run in enumerate(failed):
+        [replay] = got[run.id]
+        made = [x for x in (first[i], second[i]) if x.run is not None]
+        skipped = [x for x in (first[i], second[i]) if x.run is None]
+        if i == 0 and isinstance(one, Execution):
+            assert one.id == replay and made == []
+        else:
+            assert [x.run.id for x in made if x.run] == [replay]
+        assert all(
+            (x.replayed_as, x.reason) == (replay, f"replayed already as {replay}") for x in skipped
+        )
+    if not isinstance(one, Execution):
+        assert isinstance(one, AlreadyReplayed) and one.replay_id == got[failed[0].id][0]
 
 
 async def test_a_second_bulk_replay_skips_what_was_replayed_and_replays_failed_replays(

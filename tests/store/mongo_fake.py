@@ -22,6 +22,12 @@ What this fake CANNOT prove — only a real replica set can:
   only by comparing the store's filters and sorts with the declared index keys (no query planner);
 - transactions and atomicity across documents, and the interleavings of real concurrent clients
   (only interleavings at operation boundaries in one event loop are exercised);
+- that the server lets exactly one of concurrent replays without force in
+  (``executions_first_replay_of``, a partial unique index): the fake refuses a second key as the
+  server does, and concurrent dispatches in one event loop interleave between the store's
+  check of the run's replays and its insert, so there the index is what refuses the losers;
+  but uniqueness under real concurrent inserts from several clients, and during an index build
+  on a collection in use, is the server's to show (the ``mongo`` backend of the contract suite);
 - retryable writes, failover, elections, ``NotPrimaryError`` recovery: errors are injected, never
   produced by a server;
 - which server versions support an operator: mongomock implements its own subset of the query and

@@ -3,6 +3,7 @@ actions with their leases, audit records of changes that are not a job's — on 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -23,7 +24,7 @@ from core.bulk import (
 from core.errors import Conflict, InvalidRequest
 from core.labels import parse_selector
 from core.model import Execution, ExecutionStatus, Job
-from core.ports import JobStore, ManualDispatch
+from core.ports import DispatchOutcome, JobStore, ManualDispatch
 from core.runs import backfill_run, replay_run
 from store.mongo import MongoStore
 from store.sqlite import SqliteStore
@@ -166,6 +167,116 @@ async def test_the_replays_of_a_run_are_found_by_its_id(
     got = await store.replays_of([original.id, other.id, first.id, "no-such-run"])
     assert got == {original.id: [first.id, second.id], first.id: [of_first.id]}
     assert await store.replays_of([]) == {}
+
+
+RACERS = 8
+
+
+def replayed(who: Principal, replay: Execution) -> ManualDispatch:
+    """A replay without force, as the gateway dispatches it (with its audit record)."""
+    entry = audit_entry(
+        who,
+        AuditAction.REPLAYED,
+        replay.job_id,
+        replay.owner,
+        replay.created_at,
+        execution_id=replay.id,
+        replay_of=replay.replay_of,
+    )
+    return ManualDispatch(replay, audit=entry, sole_replay=True)
+
+
+async def audited_replays(store: JobStore, job: Job) -> list[str]:
+    page = await store.list_audit(AuditQuery(job_id=job.id), limit=100, cursor=None)
+    return sorted(r.execution_id or "" for r in page.items if r.action == AuditAction.REPLAYED)
+
+
+async def test_of_concurrent_replays_of_a_run_without_force_exactly_one_is_recorded(
+    store: JobStore, jobs: tuple[Job, Job, Job]
+) -> None:
+    a1 = jobs[0]
+    original = await failed_run(store, a1, 1)
+    racers = [replay_run(a1, original, at(5), nonce=f"{i:08x}") for i in range(RACERS)]
+    answers = await asyncio.gather(*(store.dispatch([replayed(ALICE, r)]) for r in racers))
+    won = [r for r, [o] in zip(racers, answers, strict=True) if o.created]
+    assert len(won) == 1, answers
+    [winner] = won
+    lost = [o for [o] in answers if not o.created]
+    assert lost == [DispatchOutcome(created=False, advanced=False, replayed_as=winner.id)] * (
+        RACERS - 1
+    )
+    assert await store.replays_of([original.id]) == {original.id: [winner.id]}
+    assert [e.id for e in await store.get_executions([r.id for r in racers])] == [winner.id]
+    assert await audited_replays(store, a1) == [winner.id]  # nothing of a refused one is kept
+    assert (await store.get_job("alice", a1.id)).run_count == 1
+    # its dispatch repeated (a bulk batch after a crash) finds its own record: no refusal
+    assert await store.dispatch([replayed(ALICE, winner)]) == [
+        DispatchOutcome(created=False, advanced=True)
+    ]
+    # force: recorded whatever replays the run has; then the run's latest replay refuses
+    forced = replay_run(a1, original, at(6), nonce="ffffffff")
+    assert await store.dispatch([ManualDispatch(forced)]) == [
+        DispatchOutcome(created=True, advanced=True)
+    ]
+    late = replay_run(a1, original, at(7), nonce="0000abcd")
+    latest = max(winner.id, forced.id)
+    assert await store.dispatch([replayed(ALICE, late)]) == [
+        DispatchOutcome(created=False, advanced=False, replayed_as=latest)
+    ]
+    # the repeat of a replay the run has others besides is refused, as the bulk rule says
+    assert (await store.dispatch([replayed(ALICE, winner)]))[0].replayed_as == forced.id
+    assert await store.replays_of([original.id]) == {original.id: sorted([winner.id, forced.id])}
+
+
+async def test_a_replay_recorded_without_the_guard_refuses_a_sole_replay_too(
+    store: JobStore, jobs: tuple[Job, Job, Job]
+) -> None:
+    """A run replayed by force (or by an older version, which knew no ``sole_replay``) has a
+    replay: a sole replay of it is refused, in a batch of other runs' replays that go on."""
+    a1 = jobs[0]
+    original, other = await failed_run(store, a1, 1), await failed_run(store, a1, 2)
+    forced = replay_run(a1, original, at(5), nonce="00000001")
+    await store.dispatch([ManualDispatch(forced)])
+    first, second = (replay_run(a1, other, at(5), nonce=f"0000000{i}") for i in (2, 3))
+    again = replay_run(a1, original, at(5), nonce="00000004")
+    outcomes = await store.dispatch([replayed(ALICE, r) for r in (first, again, second)])
+    assert outcomes == [
+        DispatchOutcome(created=True, advanced=True),
+        DispatchOutcome(created=False, advanced=False, replayed_as=forced.id),
+        # two sole replays of one run in one batch: the first is recorded
+        DispatchOutcome(created=False, advanced=False, replayed_as=first.id),
+    ]
+    got = await store.replays_of([original.id, other.id])
+    assert got == {original.id: [forced.id], other.id: [first.id]}
+    assert await audited_replays(store, a1) == [first.id]
+
+
+async def test_concurrent_forced_replays_of_a_run_are_all_recorded(
+    store: JobStore, jobs: tuple[Job, Job, Job]
+) -> None:
+    a1 = jobs[0]
+    original = await failed_run(store, a1, 1)
+    racers = [replay_run(a1, original, at(5), nonce=f"{i:08x}") for i in range(RACERS)]
+    answers = await asyncio.gather(*(store.dispatch([ManualDispatch(r)]) for r in racers))
+    assert answers == [[DispatchOutcome(created=True, advanced=True)]] * RACERS
+    assert await store.replays_of([original.id]) == {original.id: sorted(r.id for r in racers)}
+    # and, racing sole replays of another run, do not let a second sole replay in
+    other = await failed_run(store, a1, 2)
+    mixed = [replay_run(a1, other, at(6), nonce=f"{i:08x}") for i in range(RACERS)]
+    answers = await asyncio.gather(
+        *(
+            store.dispatch([replayed(ALICE, r) if i % 2 else ManualDispatch(r)])
+            for i, r in enumerate(mixed)
+        )
+    )
+    sole_created = [
+        r for i, (r, [o]) in enumerate(zip(mixed, answers, strict=True)) if i % 2 and o.created
+    ]
+    assert len(sole_created) <= 1
+    forced_created = [
+        r for i, (r, [o]) in enumerate(zip(mixed, answers, strict=True)) if not i % 2 and o.created
+    ]
+    assert len(forced_created) == RACERS // 2
 
 
 # --- bulk actions --------------------------------------------------------------------------

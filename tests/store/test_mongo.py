@@ -90,10 +90,11 @@ from core.ports import (
     JobChange,
     JobQuery,
     JobStatusConflict,
+    ManualDispatch,
     PruneTarget,
 )
 from core.quotas import Rate, TokenRequest
-from core.runs import queued_run, run_event
+from core.runs import queued_run, replay_run, run_event
 from store.mongo import (
     AUDIT,
     DEAD_LETTERS,
@@ -112,6 +113,7 @@ from store.mongo import (
     to_document,
 )
 from store.mongo.operations import labels_filter
+from store.mongo.schema import FIRST_REPLAY_INDEX, FIRST_REPLAY_OF
 from store.mongo_queries import (
     failures_per_task_per_day,
     running_jobs,
@@ -385,6 +387,59 @@ async def test_a_run_stores_its_attempts_as_an_array_of_documents(store: MongoSt
     ]  # fmt: skip
     stored = await store.get_execution(d.execution.id)
     assert stored is not None and [a.attempt for a in stored.attempts] == [1, 2]
+
+
+async def test_a_replay_without_force_carries_first_replay_of_and_reads_back_as_stored(
+    store: MongoStore, fake: FakeAsyncMongoClient
+) -> None:
+    """``firstReplayOf`` (docs/data-model.md): on a sole replay only; gateways on other stores
+    (other processes) sharing the database race on its unique index."""
+    j = job()
+    await store.create_job(j)
+    original = run_of(j, T0)
+    await store.insert_execution(original)
+    forced = replay_run(j, original, at(1), nonce="00000001")
+    await store.dispatch([ManualDispatch(forced)])
+    assert FIRST_REPLAY_OF not in await raw(store, EXECUTIONS, forced.id)
+    other = run_of(j, at(2))
+    await store.insert_execution(other)
+    gateways = [store]
+    for _ in range(3):
+        gw = MongoStore(
+            "mongodb://fake.invalid/jobsched", client=cast("AsyncMongoClient[Any]", fake)
+        )
+        await gw.open()  # its indexes exist: creating them again changes nothing
+        gateways.append(gw)
+    racers = [replay_run(j, other, at(3), nonce=f"{i:08x}") for i in range(2 * len(gateways))]
+    answers = await asyncio.gather(
+        *(
+            gateways[i % len(gateways)].dispatch([ManualDispatch(r, sole_replay=True)])
+            for i, r in enumerate(racers)
+        )
+    )
+    [winner] = [r for r, [o] in zip(racers, answers, strict=True) if o.created]
+    assert {o.replayed_as for [o] in answers if not o.created} == {winner.id}
+    doc = await raw(store, EXECUTIONS, winner.id)
+    assert (doc["replayOf"], doc[FIRST_REPLAY_OF]) == (other.id, other.id)
+    assert await store.get_execution(winner.id) == winner
+    for gw in gateways[1:]:
+        await gw.close()
+
+
+async def test_a_sole_replay_beaten_by_a_replay_gone_when_read_back_is_unavailable(
+    store: MongoStore,
+) -> None:
+    """The index's holder is no replay of the run when the loser reads the run's replays (its
+    job deleted meanwhile; here: edited by hand): the loser cannot name it, and says retry."""
+    j = job()
+    await store.create_job(j)
+    original = run_of(j, T0)
+    await store.insert_execution(original)
+    await store.database[EXECUTIONS].insert_one({ID: "stray", FIRST_REPLAY_OF: original.id})
+    replay = replay_run(j, original, at(1), nonce="00000001")
+    with pytest.raises(StoreUnavailable, match="retry"):
+        await store.dispatch([ManualDispatch(replay, sole_replay=True)])
+    assert await store.get_execution(replay.id) is None
 
 
 async def test_update_job_sets_the_spec_as_create_stores_it_and_unsets_next_run_at(
@@ -774,7 +829,12 @@ async def test_every_query_of_every_method_is_served_by_an_index(
     unserved = [q for q in queries if served(q) is None]
     assert unserved == []
     used = {served(q) for q in queries}
-    assert {i.name for i in INDEXES} <= used, "an index that no query uses"
+    assert {i.name for i in INDEXES} - UNIQUENESS_ONLY <= used, "an index that no query uses"
+    assert all(i.unique for i in INDEXES if i.name in UNIQUENESS_ONLY)
+
+
+UNIQUENESS_ONLY = {FIRST_REPLAY_INDEX}
+"""Indexes that serve no query: the server's check of a unique key is what they are for."""
 
 
 async def test_no_query_lists_more_partitions_than_the_planner_explodes(

@@ -33,7 +33,8 @@ from core.model import (
     OnceSchedule,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome, JobQuery
+from core.ports import Dispatch, DispatchOutcome, JobQuery, ManualDispatch
+from core.runs import replay_run
 from store.sqlite import MIGRATIONS, SqliteStore
 from store.sqlite.schema import LABELS_JOIN
 from tests.store.test_contract import make_execution
@@ -199,6 +200,36 @@ async def test_two_stores_on_one_file_see_each_others_writes(store: SqliteStore,
         assert (await other.get_job("alice", job.id)).run_count == 1
     finally:
         await other.close()
+
+
+async def test_sole_replays_from_several_stores_on_one_file_record_one(
+    store: SqliteStore, db: Path
+) -> None:
+    """Each store has its own writer connection on its own thread (as a process would): their
+    dispatches race for the file's write lock, and the replays' check runs under it."""
+    job = make_job()
+    await store.create_job(job)
+    original = make_execution(job, T0)
+    await store.insert_execution(original)
+    others = [SqliteStore(db) for _ in range(3)]
+    try:
+        for other in others:
+            await other.open()
+        stores = [store, *others] * 2
+        racers = [replay_run(job, original, T0, nonce=f"{i:08x}") for i in range(len(stores))]
+        answers = await asyncio.gather(
+            *(
+                s.dispatch([ManualDispatch(r, sole_replay=True)])
+                for s, r in zip(stores, racers, strict=True)
+            )
+        )
+        won = [r.id for r, [o] in zip(racers, answers, strict=True) if o.created]
+        assert len(won) == 1, answers
+        assert sorted(o.replayed_as or "" for [o] in answers) == ["", *won * (len(stores) - 1)]
+        assert await others[0].replays_of([original.id]) == {original.id: won}
+    finally:
+        for other in others:
+            await other.close()
 
 
 async def test_a_locked_database_makes_writes_unavailable_within_the_busy_timeout(
