@@ -55,13 +55,18 @@ async def live_keys(kv: KeyValue, *, timeout_seconds: float) -> list[str]:
     nats-py's ``KeyValue.keys`` waits without a bound for its watcher's end-of-values marker,
     which never comes if the last pending keys expire (``max_age``) between the watcher's
     creation and their delivery; when cancelled it also leaves its subscription behind. This
-    listing gives up after ``timeout_seconds`` and always stops its watcher.
+    listing gives up after ``timeout_seconds`` and always stops its watcher. Its ephemeral
+    consumer is removed by the server ``max(timeout_seconds, 1)`` seconds after the watcher
+    stops (nats-py's default ``inactive_threshold`` would keep each one for 5 minutes: some 300
+    per scheduler listing once a round).
 
     Raises:
         nats.errors.TimeoutError: the listing did not finish within ``timeout_seconds``.
         nats.errors.Error: NATS refused the watcher.
     """
-    watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
+    watcher = await kv.watchall(
+        ignore_deletes=True, meta_only=True, inactive_threshold=max(timeout_seconds, 1.0)
+    )
     keys: list[str] = []
     try:
         async with asyncio.timeout(timeout_seconds):

@@ -241,3 +241,25 @@ async def test_a_lease_listing_whose_end_never_comes_times_out_and_stops_its_wat
     with pytest.raises(nats.errors.TimeoutError):
         await live_keys(Kv(), timeout_seconds=0.05)  # type: ignore[arg-type]
     assert watcher.stopped
+
+
+async def test_the_lease_listings_consumers_do_not_outlive_it_on_the_server(
+    nats_server: NatsServer, prefix: str
+) -> None:
+    """Each listing creates an ephemeral consumer; nats-py's default ``inactive_threshold`` (5 min)
+    would keep every one of them on the server after its watcher stops (about 300 per scheduler
+    at one round a second)."""
+    bus = Bus(BusConfig(servers=[nats_server.url], prefix=prefix))
+    await bus.connect()
+    try:
+        bucket = LeaseBucket(bus, ttl_seconds=3)
+        await bucket.open()
+        await bucket.heartbeat("a")
+        for _ in range(5):
+            await bucket.snapshot()
+        js = bus.nc.jetstream()
+        async with asyncio.timeout(10):  # 300 s with nats-py's default
+            while (await js.stream_info(f"KV_{prefix}_leases")).state.consumer_count:
+                await asyncio.sleep(0.1)
+    finally:
+        await bus.close()
