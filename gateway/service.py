@@ -62,7 +62,7 @@ from core.quotas import TokenRequest
 from core.runs import dispatched, manual_run
 from core.settings import GatewayConfig
 from core.tasks import TaskCatalog, validation_field_error
-from core.timeutil import isoformat_z, to_utc_ms
+from core.timeutil import to_utc_ms
 from core.values import check_parameters, is_text
 from gateway.explaining import explanation
 
@@ -80,14 +80,19 @@ def request_fingerprint(body: JobCreate) -> str:
     """What an ``Idempotency-Key`` retry is compared by: SHA-256 (hex) of ``body`` with its keys
     sorted and every instant in UTC to the millisecond, so the same request written with another
     UTC offset or precision (``2099-01-01T01:00:00+01:00`` for ``2099-01-01T00:00:00Z``) is the
-    same request (draft-ietf-httpapi-idempotency-key-header, "Idempotency Fingerprint")."""
+    same request (draft-ietf-httpapi-idempotency-key-header, "Idempotency Fingerprint").
+
+    An instant is encoded as msgspec encodes it (``2099-01-01T00:00:00Z``, ``….123Z``), so a body
+    whose instants are in UTC to the millisecond has the digest the release before this
+    normalisation stored: a keyed request made before an upgrade and retried after it (or on a
+    gateway of the other release, during a rolling one) is still the same request."""
     values = msgspec.to_builtins(body, builtin_types=(datetime,), order="sorted")
     return hashlib.sha256(_canonical.encode(_utc_instants(values))).hexdigest()
 
 
 def _utc_instants(value: object) -> object:
     if isinstance(value, datetime):
-        return isoformat_z(to_utc_ms(value))
+        return to_utc_ms(value)
     if isinstance(value, dict):
         return {k: _utc_instants(v) for k, v in value.items()}
     if isinstance(value, list):
