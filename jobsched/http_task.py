@@ -89,11 +89,31 @@ class HttpParams(
             raise ValueError("url: must be an absolute http:// or https:// URL")
         if url.user is not None or url.password is not None:
             raise ValueError("url: credentials in the URL are not allowed; use a secret header")
+        if _legacy_ipv4(url.host):
+            raise ValueError(
+                f"url: {url.host} is an IPv4 address in a legacy form (decimal, octal, hex or "
+                "short); write it as four decimal numbers, e.g. 192.0.2.1"
+            )
         if self.json is not None and self.text is not None:
             raise ValueError("text: give a json or a text body, not both")
         for name in self.headers:
             if name.lower() in ("idempotency-key", "host", "content-length", "transfer-encoding"):
                 raise ValueError(f"headers.{name}: this header is set by the task itself")
+
+
+def _legacy_ipv4(host: str) -> bool:
+    """Whether ``host`` is an IPv4 address only in a form other than dotted decimal
+    (``2130706433``, ``0177.0.0.1``, ``0x7f.1``, ``127.1``): aiohttp refuses to connect to those
+    (they are a classic way past address filters), so a job naming one could never run."""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            return False
+        return True
+    return False
 
 
 class GuardedResolver(AbstractResolver):
@@ -231,17 +251,25 @@ async def call_url(params: HttpParams, ctx: TaskContext) -> dict[str, Any]:
     async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
         for redirects in range(MAX_REDIRECTS + 1):
             _check_literal(url, policy)
-            async with session.request(
-                method, url, headers=headers, allow_redirects=False, **body
-            ) as resp:
-                location = resp.headers.get("Location")
-                if not (params.follow_redirects and resp.status in _REDIRECTS and location):
-                    text, truncated = await _excerpt(resp)
-                    elapsed_ms = round((time.perf_counter() - began) * 1000, 1)
-                    return _outcome(
-                        params, resp, url, text, truncated, elapsed_ms, redirects, secrets
-                    )
+            try:
+                async with session.request(
+                    method, url, headers=headers, allow_redirects=False, **body
+                ) as resp:
+                    location = resp.headers.get("Location")
+                    if not (params.follow_redirects and resp.status in _REDIRECTS and location):
+                        text, truncated = await _excerpt(resp)
+                        elapsed_ms = round((time.perf_counter() - began) * 1000, 1)
+                        return _outcome(
+                            params, resp, url, text, truncated, elapsed_ms, redirects, secrets
+                        )
+            except aiohttp.InvalidURL as e:  # retrying cannot make it valid
+                raise TaskError(redact(f"invalid URL {e}", secrets), retryable=False) from None
             target = url.join(URL(location))
+            if target.scheme not in ("http", "https"):
+                raise TaskError(
+                    redact(f"refused to follow a redirect to {target}: not http(s)", secrets),
+                    retryable=False,
+                )
             if _origin(target) != _origin(url):
                 drop = secret_names | _SENSITIVE
                 headers = {k: v for k, v in headers.items() if k.lower() not in drop}

@@ -181,6 +181,29 @@ async def test_a_redirect_to_a_refused_address_is_not_followed(tmp_path: Path) -
     assert inside.seen == []
 
 
+@pytest.mark.parametrize("host", ["2130706433", "0177.0.0.1", "0x7f000001", "127.1"])
+def test_a_legacy_ipv4_form_is_refused_when_the_job_is_made(host: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match="legacy form"):
+        as_sent(url=f"http://{host}:9/")
+
+
+async def test_a_redirect_to_a_legacy_ipv4_form_or_another_scheme_fails_without_retry(
+    tmp_path: Path,
+) -> None:
+    async with target(FORBIDDEN) as inside:
+        port = inside.server.port
+        for location, error in (
+            (f"http://2130706433:{port}/", "invalid URL"),
+            (f"http://127.1:{port}/", "invalid URL"),
+            ("file:///etc/passwd", "not http"),
+        ):
+            async with target(ALLOWED, _redirecting(location)) as outside:
+                with pytest.raises(TaskError, match=error) as e:
+                    await call_url(params(outside.url()), ctx(tmp_path))
+            assert e.value.retryable is False and len(outside.seen) == 1
+    assert inside.seen == []
+
+
 async def test_a_redirect_to_another_origin_drops_the_credentials(tmp_path: Path) -> None:
     headers = {"Authorization": "Basic abc", "X-Key": {"secret": "api-token"}, "X-Plain": "kept"}
     async with target(ALLOWED) as other:
