@@ -42,7 +42,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from core.egress import EgressPolicy
+from core.egress import EgressPolicy, legacy_ipv4
 from core.tasks import SECRET_NAME, TaskContext, TaskError
 
 MAX_REDIRECTS = 5
@@ -89,7 +89,7 @@ class HttpParams(
             raise ValueError("url: must be an absolute http:// or https:// URL")
         if url.user is not None or url.password is not None:
             raise ValueError("url: credentials in the URL are not allowed; use a secret header")
-        if _legacy_ipv4(url.host):
+        if legacy_ipv4(url.host):
             raise ValueError(
                 f"url: {url.host} is an IPv4 address in a legacy form (decimal, octal, hex or "
                 "short); write it as four decimal numbers, e.g. 192.0.2.1"
@@ -99,21 +99,6 @@ class HttpParams(
         for name in self.headers:
             if name.lower() in ("idempotency-key", "host", "content-length", "transfer-encoding"):
                 raise ValueError(f"headers.{name}: this header is set by the task itself")
-
-
-def _legacy_ipv4(host: str) -> bool:
-    """Whether ``host`` is an IPv4 address only in a form other than dotted decimal
-    (``2130706433``, ``0177.0.0.1``, ``0x7f.1``, ``127.1``): aiohttp refuses to connect to those
-    (they are a classic way past address filters), so a job naming one could never run."""
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        try:
-            socket.inet_aton(host)
-        except OSError:
-            return False
-        return True
-    return False
 
 
 class GuardedResolver(AbstractResolver):
