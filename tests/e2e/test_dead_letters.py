@@ -126,6 +126,11 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
         assert (
             await api.dead_letters(task_id="fail", scheduled_to=original.scheduled_for)
         ).items == []
+        with pytest.raises(ApiError) as backwards:  # as over HTTP and as a bulk action's filter
+            await api.dead_letters(
+                scheduled_from=original.scheduled_for, scheduled_to=original.scheduled_for - hour
+            )
+        assert backwards.value.status == 422 and "to: must be after from" in str(backwards.value)
         assert (await bob.dead_letters()).items == []
         with pytest.raises(ApiError) as other:
             await bob.replay(job.id, original.id)
