@@ -19,6 +19,7 @@ Prevention Cheat Sheet).
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,6 +82,21 @@ class EgressPolicy:
         if not target.is_global:
             return f"{shown} is not a globally reachable address ({_kind(target)})"
         return None
+
+
+def legacy_ipv4(host: str) -> bool:
+    """Whether ``host`` is an IPv4 address only in a form other than dotted decimal
+    (``2130706433``, ``0177.0.0.1``, ``0x7f.1``, ``127.1``): a classic way past address filters,
+    which aiohttp refuses to connect to, so a URL naming one is refused when it is given."""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            return False
+        return True
+    return False
 
 
 def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:

@@ -690,11 +690,15 @@ def in_progress(inp: ExplainInput, found: Sequence[Reason]) -> Iterable[Reason]:
             )
         elif ex.status == ExecutionStatus.QUEUED:
             since = ex.published_at or ex.created_at
+            waits = f"a worker of queue {ex.queue!r}"
+            for r in found:  # a worker holds it, in line for a slot (the blocking reason)
+                if r.code == Code.CONCURRENCY_WAITING and r.details.get("executionId") == ex.id:
+                    waits = f"a slot of concurrency key {r.details['concurrencyKey']!r}"
             yield _reason(
                 Code.QUEUED,
                 "info",
                 f"run {ex.id} is QUEUED since {_when(since, job)}, for "
-                f"{_span(_seconds(since, now))}: it waits for a worker of queue {ex.queue!r}",
+                f"{_span(_seconds(since, now))}: it waits for {waits}",
                 executionId=ex.id,
                 queuedAt=_z(since),
                 queue=ex.queue,

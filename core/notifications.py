@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from core.egress import legacy_ipv4
 from core.errors import FieldError, InvalidRequest
 from core.model import ExecutionStatus, Instant, Model
 from core.notify_spec import NotifyIn, NotifyTarget, Outcome
@@ -232,6 +233,11 @@ def url_problem(url: str) -> str | None:
         return "credentials in the URL are not allowed"
     if not authority or authority.startswith(":"):
         return "must name a host"
+    if not authority.startswith("[") and legacy_ipv4(authority.rsplit(":", 1)[0]):
+        return (
+            "an IPv4 address in a legacy form (decimal, octal, hex or short): write it as four "
+            "decimal numbers"
+        )
     if any(c.isspace() or ord(c) < 32 for c in url):
         return "must not contain whitespace or control characters"
     return None

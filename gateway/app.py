@@ -32,7 +32,6 @@ from core.bulk import MAX_ERROR_FILTER, AlreadyReplayed, BulkCreate, BulkKind, R
 from core.clock import Clock
 from core.cluster import ClusterSource
 from core.errors import (
-    ExecutionNotFound,
     FieldError,
     InvalidRequest,
     JobschedError,
@@ -556,11 +555,9 @@ async def get_execution(request: web.Request) -> web.Response:
     Raises:
         JobNotFound: no such job for the caller. ExecutionNotFound: no such run of that job.
     """
-    job = await request.app[SERVICE].get(request[PRINCIPAL], request.match_info["job_id"])
-    execution_id = request.match_info["execution_id"]
-    run = await request.app[DEPS].store.get_execution(execution_id)
-    if run is None or run.job_id != job.id:
-        raise ExecutionNotFound(f"execution {execution_id} of job {job.id} not found")
+    run = await request.app[SERVICE].get_execution(
+        request[PRINCIPAL], request.match_info["job_id"], request.match_info["execution_id"]
+    )
     return json_response(run)
 
 

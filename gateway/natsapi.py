@@ -18,6 +18,10 @@ operation     request body                                            reply
 ``trigger``   ``{"id": …}``                                           the new run
 ``explain``   ``{"id": …}``                                           why its next run has
                                                                       not started
+``executions``  ``{"id": …, "limit", "cursor"}`` (as ``GET              a page of its runs
+              /jobs/{id}/executions``)
+``execution``   ``{"jobId": …, "executionId": …}``                      one run with its
+                                                                      attempts
 ``audit``     ``{"jobId", "owner", "actor", "allUsers", "limit",      a page of audit
               "cursor"}`` (all optional; as ``GET /audit``)            records
 ============  ======================================================  ================
@@ -217,8 +221,30 @@ class AttemptsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, r
     execution_id: str
 
 
+class ExecutionsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    id: str
+    limit: int = 50
+    cursor: str | None = None
+
+
 _default_in = msgspec.json.Decoder(NotificationDefaultIn)
 _attempts = msgspec.json.Decoder(AttemptsRequest)
+_executions = msgspec.json.Decoder(ExecutionsRequest)
+
+
+async def _op_executions(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    req: ExecutionsRequest = _decode(_executions, data)
+    _check_limit(req.limit)
+    return await svc.list_executions(user, req.id, limit=req.limit, cursor=req.cursor or None)
+
+
+async def _op_execution(
+    svc: JobService, user: Principal, data: bytes, headers: dict[str, str]
+) -> Any:
+    req: AttemptsRequest = _decode(_attempts, data)
+    return await svc.get_execution(user, req.job_id, req.execution_id)
 
 
 async def _op_notification_default(
@@ -252,6 +278,8 @@ OPERATIONS: dict[str, Operation] = {
     "resume": _on_ref(JobService.resume),
     "trigger": _on_ref(JobService.trigger),
     "explain": _on_ref(JobService.explain),
+    "executions": _op_executions,
+    "execution": _op_execution,
     "audit": _op_audit,
     "notification-default": _op_notification_default,
     "set-notification-default": _op_set_notification_default,

@@ -105,10 +105,14 @@ class RunService:
 
         Raises:
             Forbidden: no ``jobs:read``; another user's or everyone's runs asked by a non-admin.
-            InvalidRequest: on field ``cursor``.
+            InvalidRequest: on field ``cursor``; ``to`` not after ``from`` (as a bulk action's
+                filter).
         """
         who.require_read()
         whose = who.owner_filter(owner, all_users=all_users)
+        start, end = query.scheduled_from, query.scheduled_to
+        if start is not None and end is not None and end <= start:
+            raise InvalidRequest(FieldError("to", "must be after from"))
         return await self.store.list_runs(whose, query, limit=limit, cursor=cursor)
 
     # --- replay --------------------------------------------------------------------------------

@@ -25,7 +25,14 @@ from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
 from core.concurrency import check_concurrency
-from core.errors import BusUnavailable, FieldError, InvalidCron, InvalidRequest, JobNotFound
+from core.errors import (
+    BusUnavailable,
+    ExecutionNotFound,
+    FieldError,
+    InvalidCron,
+    InvalidRequest,
+    JobNotFound,
+)
 from core.explain import Explanation
 from core.ids import new_job_id, partition_of
 from core.labels import check_labels, merge_labels
@@ -284,6 +291,18 @@ class JobService:
         who.require_read()
         owner = await self._owner_of(who, job_id)
         return await self.store.list_executions(owner, job_id, limit=limit, cursor=cursor)
+
+    async def get_execution(self, who: Principal, job_id: str, execution_id: str) -> Execution:
+        """One run of the job, attempts included.
+
+        Raises:
+            JobNotFound: no such job for the caller. ExecutionNotFound: no such run of that job.
+        """
+        job = await self.get(who, job_id)
+        run = await self.store.get_execution(execution_id)
+        if run is None or run.job_id != job.id:
+            raise ExecutionNotFound(f"execution {execution_id} of job {job.id} not found")
+        return run
 
     async def list_audit(
         self,

@@ -621,19 +621,35 @@ _SPEC_KEYS = (
 @_spec_options
 @_naming_options(patching=True)
 @_schedule_options
+@notify_options
+@click.option("--no-notify", is_flag=True, help="Remove the job's webhook.")
 @_output_option("json")
 @_client_options
-def patch(job_id: str, output: str, url: str | None, token: str | None, **options: Any) -> None:
+def patch(
+    job_id: str,
+    no_notify: bool,
+    output: str,
+    url: str | None,
+    token: str | None,
+    **options: Any,
+) -> None:
     """Change a job's schedule, parameters or options; the rest stays as it is.
 
     --param KEY=VALUE changes one parameter and keeps the others; --params-json replaces them
     all (--param then applies on top). A new schedule computes the next run from now.
     --label KEY=VALUE sets one label and --remove-label KEY removes one; the others stay.
+    --notify-url replaces the webhook (without --notify-secret it keeps its secret);
+    --no-notify removes it.
     """
     merge = options["params"] and not options["params_json"]
     schedule = _schedule(*(options.pop(k) for k in _SCHEDULE_KEYS))
     body = _spec(*(options.pop(k) for k in _SPEC_KEYS))
     body |= _naming(*(options.pop(k) for k in ("name", "labels", "remove_labels", "clear_name")))
+    body |= notify_field(options)
+    if no_notify:
+        if "notify" in body:
+            raise click.UsageError("--no-notify goes without --notify-url")
+        body["notify"] = None
     if schedule is not None:
         body["schedule"] = schedule
     if not body:

@@ -606,6 +606,22 @@ class NatsJobschedClient(NatsRunsApi):
     async def trigger_job(self, job_id: str) -> Execution:
         return _execution_decoder.decode(await self._call("trigger", {"id": job_id}))
 
+    async def list_executions(
+        self, job_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Execution]:
+        """As :meth:`JobschedClient.list_executions` (a job's runs, newest first), over NATS."""
+        body: dict[str, Any] = {"id": job_id}
+        if limit:
+            body["limit"] = limit
+        if cursor:
+            body["cursor"] = cursor
+        return _executions_decoder.decode(await self._call("executions", body))
+
+    async def get_execution(self, job_id: str, execution_id: str) -> Execution:
+        """As :meth:`JobschedClient.get_execution` (one run with its attempts), over NATS."""
+        body = {"jobId": job_id, "executionId": execution_id}
+        return _execution_decoder.decode(await self._call("execution", body))
+
     async def explain(self, job_id: str) -> Explanation:
         """As :meth:`JobschedClient.explain`, over NATS."""
         return _explanation_decoder.decode(await self._call("explain", {"id": job_id}))

@@ -179,10 +179,36 @@ class NatsRunsApi:
             self, operation: str, body: Any, headers: dict[str, str] | None = None
         ) -> bytes: ...
 
-    async def dead_letters(self, **filters: Any) -> Page[Execution]:
-        """Filters as ``GET /executions`` (camelCase): status, taskId, from, to, error, labels
-        (a label selector), limit, cursor, owner, allUsers."""
-        return _runs_decoder.decode(await self._call("runs", filters))
+    async def dead_letters(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        error: str | None = None,
+        labels: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        owner: str | None = None,
+        all_users: bool = False,
+    ) -> Page[Execution]:
+        """The ``runs`` operation, with the arguments of :meth:`HttpRunsApi.dead_letters`."""
+        body = _filters(
+            status=status,
+            task_id=task_id,
+            scheduled_from=scheduled_from,
+            scheduled_to=scheduled_to,
+            error=error,
+            labels=labels,
+            owner=owner,
+            all_users=all_users,
+        )
+        if limit:
+            body["limit"] = limit
+        if cursor:
+            body["cursor"] = cursor
+        return _runs_decoder.decode(await self._call("runs", body))
 
     async def replay(self, job_id: str, execution_id: str, *, force: bool = False) -> Execution:
         body: dict[str, Any] = {"jobId": job_id, "executionId": execution_id}

@@ -21,9 +21,10 @@ What a run does:
   any other status fails the run at once.
 
 Secret header values are read from the worker's secrets directory at run time: they are never
-in the job, so the API cannot show them, and never in a result or an error. On a redirect to
-another origin, secret headers, ``Authorization`` and ``Cookie`` are dropped (as browsers and
-``requests`` do).
+in the job, so the API cannot show them, and never in a result or an error: a target that
+echoes a secret back (``httpbin.org/headers`` does) has it replaced by :data:`REDACTED` in the
+stored body excerpt, URL and error. On a redirect to another origin, secret headers,
+``Authorization`` and ``Cookie`` are dropped (as browsers and ``requests`` do).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from core.egress import EgressPolicy
+from core.egress import EgressPolicy, legacy_ipv4
 from core.tasks import SECRET_NAME, TaskContext, TaskError
 
 MAX_REDIRECTS = 5
@@ -55,6 +56,8 @@ HeaderText = Annotated[str, msgspec.Meta(pattern=r"^[^\r\n\x00]{0,8192}$")]
 Status = Annotated[int, msgspec.Meta(ge=100, le=599)]
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _SENSITIVE = frozenset({"authorization", "cookie", "proxy-authorization"})
+REDACTED = "[secret]"
+"""What stands for a secret's value that a target echoed into a stored body, URL or error."""
 
 
 class SecretRef(
@@ -86,6 +89,11 @@ class HttpParams(
             raise ValueError("url: must be an absolute http:// or https:// URL")
         if url.user is not None or url.password is not None:
             raise ValueError("url: credentials in the URL are not allowed; use a secret header")
+        if legacy_ipv4(url.host):
+            raise ValueError(
+                f"url: {url.host} is an IPv4 address in a legacy form (decimal, octal, hex or "
+                "short); write it as four decimal numbers, e.g. 192.0.2.1"
+            )
         if self.json is not None and self.text is not None:
             raise ValueError("text: give a json or a text body, not both")
         for name in self.headers:
@@ -141,17 +149,38 @@ def _check_literal(url: URL, policy: EgressPolicy) -> None:
         raise _refused(host, reason)
 
 
-def _headers(params: HttpParams, ctx: TaskContext) -> tuple[dict[str, str], set[str]]:
-    """The request headers (secrets filled in) and the names of those that came from secrets."""
+def _headers(
+    params: HttpParams, ctx: TaskContext
+) -> tuple[dict[str, str], set[str], frozenset[str]]:
+    """The request headers (secrets filled in), the names of those that came from secrets and
+    the secrets' values."""
     headers = {"Idempotency-Key": ctx.idempotency_key}
     secret_names: set[str] = set()
+    values: set[str] = set()
     for name, value in params.headers.items():
         if isinstance(value, SecretRef):
-            headers[name] = value.prefix + ctx.secret(value.secret)
+            secret = ctx.secret(value.secret)
+            headers[name] = value.prefix + secret
             secret_names.add(name.lower())
+            if secret:
+                values.add(secret)
         else:
             headers[name] = value
-    return headers, secret_names
+    return headers, secret_names, frozenset(values)
+
+
+def redact(text: str, secrets: frozenset[str], *, truncated: bool = False) -> str:
+    """``text`` with every occurrence of a secret's value replaced by :data:`REDACTED`, longest
+    first; ``truncated``: the text was cut, so a secret's first 4 characters or more at its end
+    are replaced too."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+        if truncated:
+            for cut in range(min(len(secret) - 1, len(text)), 3, -1):
+                if text.endswith(secret[:cut]):
+                    text = text[:-cut] + REDACTED
+                    break
+    return text
 
 
 def _origin(url: URL) -> tuple[str, str, int | None]:
@@ -194,7 +223,7 @@ async def call_url(params: HttpParams, ctx: TaskContext) -> dict[str, Any]:
         aiohttp.ClientError: a connection error (retried with the job's backoff).
     """
     policy = EgressPolicy.parse(ctx.allowed_networks)
-    headers, secret_names = _headers(params, ctx)
+    headers, secret_names, secrets = _headers(params, ctx)
     method, url = params.method, URL(params.url)
     body: dict[str, Any] = {}
     if params.json is not None:
@@ -207,22 +236,34 @@ async def call_url(params: HttpParams, ctx: TaskContext) -> dict[str, Any]:
     async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
         for redirects in range(MAX_REDIRECTS + 1):
             _check_literal(url, policy)
-            async with session.request(
-                method, url, headers=headers, allow_redirects=False, **body
-            ) as resp:
-                location = resp.headers.get("Location")
-                if not (params.follow_redirects and resp.status in _REDIRECTS and location):
-                    text, truncated = await _excerpt(resp)
-                    elapsed_ms = round((time.perf_counter() - began) * 1000, 1)
-                    return _outcome(params, resp, url, text, truncated, elapsed_ms, redirects)
+            try:
+                async with session.request(
+                    method, url, headers=headers, allow_redirects=False, **body
+                ) as resp:
+                    location = resp.headers.get("Location")
+                    if not (params.follow_redirects and resp.status in _REDIRECTS and location):
+                        text, truncated = await _excerpt(resp)
+                        elapsed_ms = round((time.perf_counter() - began) * 1000, 1)
+                        return _outcome(
+                            params, resp, url, text, truncated, elapsed_ms, redirects, secrets
+                        )
+            except aiohttp.InvalidURL as e:  # retrying cannot make it valid
+                raise TaskError(redact(f"invalid URL {e}", secrets), retryable=False) from None
             target = url.join(URL(location))
+            if target.scheme not in ("http", "https"):
+                raise TaskError(
+                    redact(f"refused to follow a redirect to {target}: not http(s)", secrets),
+                    retryable=False,
+                )
             if _origin(target) != _origin(url):
                 drop = secret_names | _SENSITIVE
                 headers = {k: v for k, v in headers.items() if k.lower() not in drop}
             if resp.status == 303 or (resp.status in (301, 302) and method == "POST"):
                 method, body = "GET", {}
             url = target
-    raise TaskError(f"more than {MAX_REDIRECTS} redirects, last to {url}", retryable=False)
+    raise TaskError(
+        redact(f"more than {MAX_REDIRECTS} redirects, last to {url}", secrets), retryable=False
+    )
 
 
 def _outcome(
@@ -233,18 +274,19 @@ def _outcome(
     truncated: bool,
     elapsed_ms: float,
     redirects: int,
+    secrets: frozenset[str],
 ) -> dict[str, Any]:
     if _successful(resp.status, params):
         return {
             "status": resp.status,
-            "url": str(url),
+            "url": redact(str(url), secrets),
             "elapsedMs": elapsed_ms,
-            "body": text,
+            "body": redact(text, secrets, truncated=truncated),
             "bodyTruncated": truncated,
             "redirects": redirects,
         }
-    quoted = text[:ERROR_EXCERPT_CHARS]
-    message = f"HTTP {resp.status} from {params.method} {url}: {quoted!r}"
+    quoted = redact(text, secrets, truncated=truncated)[:ERROR_EXCERPT_CHARS]
+    message = f"HTTP {resp.status} from {params.method} {redact(str(url), secrets)}: {quoted!r}"
     if resp.status >= 500 or resp.status == 429:
         after = _retry_after(resp.headers.get("Retry-After"), datetime.now(UTC))
         raise TaskError(message, retry_after_seconds=after)

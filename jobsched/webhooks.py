@@ -62,6 +62,8 @@ class AiohttpSender:
                 return WebhookResult(resp.status, f"HTTP {resp.status}: {text!r}")
         except TaskError as e:  # the SSRF guard refused every address
             return WebhookResult(None, str(e), final=True)
+        except aiohttp.InvalidURL as e:  # retrying cannot make it valid
+            return WebhookResult(None, f"invalid URL {e}", final=True)
         except TimeoutError:
             return WebhookResult(None, f"no answer within {self.timeout_seconds:g} s")
         except (aiohttp.ClientError, ValueError, OSError) as e:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from core.egress import EgressPolicy
+from core.egress import EgressPolicy, legacy_ipv4
 from core.errors import ConfigError
 
 REFUSED = {
@@ -64,3 +64,20 @@ def test_a_bad_network_is_a_config_error_naming_it() -> None:
 
 def test_what_is_not_an_address_is_refused() -> None:
     assert EgressPolicy().refusal("example.com") == "'example.com' is not an IP address"
+
+
+@pytest.mark.parametrize(
+    ("host", "legacy"),
+    [
+        ("2130706433", True),
+        ("0177.0.0.1", True),
+        ("0x7f000001", True),
+        ("127.1", True),
+        ("127.0.0.1", False),
+        ("::1", False),
+        ("example.com", False),
+        ("1e100.net", False),
+    ],
+)
+def test_legacy_ipv4_forms_are_recognised(host: str, legacy: bool) -> None:
+    assert legacy_ipv4(host) is legacy

@@ -588,6 +588,9 @@ def test_a_run_waiting_for_a_slot_names_the_key_the_runs_holding_it_and_its_plac
     assert r.details["runningExecutionIds"] == "other-run"
     assert r.details["position"] == 1 and r.details["executionId"] == mine.id
     assert "'tenant-a'" in r.message and "other-run" in r.message and "1 waiting ahead" in r.message
+    # a worker holds it: QUEUED says it waits for the slot, not for a worker
+    queued = only(found, Code.QUEUED)
+    assert queued.message.endswith("it waits for a slot of concurrency key 'tenant-a'")
 
 
 def test_a_run_holding_the_slot_is_not_waiting() -> None:

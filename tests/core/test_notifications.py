@@ -89,6 +89,8 @@ def test_the_payload_is_the_final_record_in_the_standard_envelope() -> None:
         (NotifyIn(url="https://user:pw@h.example/"), "notify.url"),
         (NotifyIn(url="https:///path"), "notify.url"),
         (NotifyIn(url="https://h.example/ x"), "notify.url"),
+        (NotifyIn(url="http://2130706433/"), "notify.url"),
+        (NotifyIn(url="http://0177.0.0.1:8080/x"), "notify.url"),
         (NotifyIn(url="https://h.example/", on=[]), "notify.on"),
         (NotifyIn(url="https://h.example/", secret="not base64!"), "notify.secret"),
         (NotifyIn(url="https://h.example/", secret="whsec_" + "QUJD"), "notify.secret"),

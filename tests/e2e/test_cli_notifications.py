@@ -25,6 +25,28 @@ async def test_submit_sets_the_webhook_and_never_prints_the_secret(stack: Stack)
     }
 
 
+async def test_patch_changes_keeps_the_secret_of_and_removes_the_webhook(stack: Stack) -> None:
+    job = await cli_json(
+        stack, "submit", "noop", "--every", "3600",
+        "--notify-url", "https://hooks.example/x", "--notify-secret", SECRET,
+    )  # fmt: skip
+    changed = await cli(
+        stack, "patch", job["id"], "--notify-url", "https://hooks.example/y",
+        "--notify-on", "success",
+    )  # fmt: skip
+    assert SECRET not in changed.output
+    assert (await cli_json(stack, "get", job["id"]))["notify"] == {
+        "url": "https://hooks.example/y",
+        "on": ["success"],
+        "hasSecret": True,
+    }
+    assert (await cli_json(stack, "patch", job["id"], "--no-notify"))["notify"] is None
+    both = await cli(
+        stack, "patch", job["id"], "--no-notify", "--notify-url", "https://h.example/", code=2
+    )
+    assert "--no-notify goes without --notify-url" in both.output
+
+
 async def test_notify_on_without_a_url_is_a_usage_error(stack: Stack) -> None:
     result = await cli(stack, "submit", "noop", "--notify-on", "failure", code=2)
     assert "--notify-on goes with --notify-url" in result.output

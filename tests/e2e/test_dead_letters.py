@@ -111,8 +111,26 @@ async def test_the_nats_api_serves_dead_letters_replays_backfills_and_bulk_actio
     client = stack.client()
     job, original = await dead_job(client)
     async with nats_client(stack) as api, nats_client(stack, "bob") as bob:
-        page = await api.dead_letters(taskId="fail")
+        page = await api.dead_letters(task_id="fail")
         assert [r.id for r in page.items] == [original.id]
+        # the HTTP client's keyword arguments (README: "the same methods"), datetimes included
+        hour = timedelta(hours=1)
+        ranged = await api.dead_letters(
+            task_id="fail",
+            error="purpose",
+            scheduled_from=original.scheduled_for - hour,
+            scheduled_to=original.scheduled_for + hour,
+            limit=1,
+        )
+        assert [r.id for r in ranged.items] == [original.id]
+        assert (
+            await api.dead_letters(task_id="fail", scheduled_to=original.scheduled_for)
+        ).items == []
+        with pytest.raises(ApiError) as backwards:  # as over HTTP and as a bulk action's filter
+            await api.dead_letters(
+                scheduled_from=original.scheduled_for, scheduled_to=original.scheduled_for - hour
+            )
+        assert backwards.value.status == 422 and "to: must be after from" in str(backwards.value)
         assert (await bob.dead_letters()).items == []
         with pytest.raises(ApiError) as other:
             await bob.replay(job.id, original.id)

@@ -134,6 +134,7 @@ async def test_bad_parameters_are_a_422_naming_the_field(http_stack: Stack) -> N
     for parameters, field in (
         ({"url": "file:///etc/passwd"}, "parameters.url"),
         ({"url": "http://user:pw@example.com/"}, "parameters.url"),
+        ({"url": "http://2130706433/"}, "parameters.url"),  # 127.0.0.1 in a legacy form
         ({"url": "https://example.com/", "json": {}, "text": "x"}, "parameters.text"),
         (
             {"url": "https://example.com/", "headers": {"Idempotency-Key": "x"}},

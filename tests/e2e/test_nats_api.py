@@ -34,6 +34,13 @@ async def test_every_operation_round_trips(stack: Stack) -> None:
         run = await api.trigger_job(job.id)
         assert run.trigger == "manual"
         await wait_job(stack.client(), job.id, {"SCHEDULED"})
+        page_of_runs = await api.list_executions(job.id, limit=5)
+        assert [r.id for r in page_of_runs.items] == [run.id]
+        assert (await api.get_execution(job.id, run.id)).id == run.id
+        with pytest.raises(ApiError) as missing:
+            await api.get_execution(job.id, "nope")
+        assert missing.value.problem is not None
+        assert (missing.value.status, missing.value.problem.code) == (404, "execution_not_found")
         assert (await api.cancel_job(job.id)).status == "CANCELLED"
         same, again = (
             await api.create_job({"taskId": "noop"}, idempotency_key="k1"),

@@ -269,6 +269,7 @@ async def test_bad_notify_input_is_a_422_naming_the_field_and_nothing_is_written
     client = stack.client()
     cases: list[tuple[dict[str, Any], str]] = [
         ({"url": "ftp://h/x"}, "notify.url"),
+        ({"url": "http://0x7f000001:9/x"}, "notify.url"),  # 127.0.0.1 in a legacy form
         ({"url": "https://h/x", "on": ["sometimes"]}, "notify.on[0]"),
         ({"url": "https://h/x", "secret": "hunter2"}, "notify.secret"),
         ({"url": "https://h/x", "extra": 1}, "notify.extra"),
@@ -327,3 +328,14 @@ async def test_the_notifier_role_delivers_to_what_the_allowlist_setting_allows(
         [run] = await executions(client, job.id)
         [(headers, body)] = receiver.requests
         assert standardwebhooks.Webhook(SECRET).verify(body, headers)["data"]["id"] == run.id
+
+
+async def test_a_url_aiohttp_cannot_use_is_one_final_attempt() -> None:
+    """A webhook stored before legacy IPv4 forms were refused: one final attempt, not 8."""
+    sender = AiohttpSender(EgressPolicy.parse(""), timeout_seconds=5.0)
+    try:
+        result = await sender.post("http://2130706433:9/hook", {}, b"{}")
+    finally:
+        await sender.close()
+    assert result.final and result.status_code is None
+    assert result.error is not None and "invalid URL" in result.error

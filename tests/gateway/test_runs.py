@@ -197,6 +197,8 @@ async def test_dead_letters_and_a_bulk_replay_select_by_a_label_selector(gw: Gat
         ({"labels": "team in ("}, "labels"),
         ({"cursor": "nope"}, "cursor"),
         ({"limit": "0"}, "limit"),
+        ({"from": "2026-12-02T00:00:00Z", "to": "2026-12-01T00:00:00Z"}, "to"),
+        ({"from": "2026-12-02T00:00:00Z", "to": "2026-12-02T00:00:00Z"}, "to"),
     ],
 )
 async def test_bad_dead_letter_queries_name_the_field(

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from core.tasks import SecretNotFound, TaskContext, TaskError
-from jobsched.http_task import BODY_EXCERPT_BYTES, MAX_REDIRECTS, HttpParams, call_url
+from jobsched.http_task import BODY_EXCERPT_BYTES, MAX_REDIRECTS, HttpParams, call_url, redact
 
 ALLOWED = "127.0.0.2"
 FORBIDDEN = "127.0.0.1"
@@ -108,6 +108,34 @@ async def test_a_secret_header_is_filled_in_at_run_time_and_never_stored(tmp_pat
     assert "s3cr3t" not in repr(result)
 
 
+def echo_headers(request: web.Request) -> web.StreamResponse:
+    """What httpbin.org/headers does: the request's headers in the body."""
+    return web.json_response(dict(request.headers))
+
+
+async def test_a_secret_echoed_by_the_target_is_not_stored(tmp_path: Path) -> None:
+    headers: dict[str, Any] = {"X-Api-Key": {"secret": "api-token"}}
+    async with target(ALLOWED, echo_headers) as t:
+        result = await call_url(as_sent(url=t.url(), headers=headers), ctx(tmp_path))
+        assert t.seen[0].headers["X-Api-Key"] == "s3cr3t-value"
+        assert '"X-Api-Key": "[secret]"' in result["body"] and "s3cr3t" not in repr(result)
+
+    def refuse(request: web.Request) -> web.StreamResponse:
+        return web.json_response(dict(request.headers), status=403)
+
+    async with target(ALLOWED, refuse) as t:
+        with pytest.raises(TaskError) as e:
+            await call_url(as_sent(url=t.url(), headers=headers), ctx(tmp_path))
+    assert "[secret]" in str(e.value) and "s3cr3t" not in str(e.value)
+
+
+def test_redaction_covers_a_secret_cut_by_the_excerpt() -> None:
+    secrets = frozenset({"s3cr3t-value"})
+    assert redact("key=s3cr3t-val", secrets, truncated=True) == "key=[secret]"
+    assert redact("key=s3cr3t-val", secrets) == "key=s3cr3t-val"
+    assert redact("a s3c", secrets, truncated=True) == "a s3c"  # under 4 characters: kept
+
+
 async def test_a_missing_secret_fails_without_retry(tmp_path: Path) -> None:
     p = as_sent(url="https://example.com/", headers={"X-Key": {"secret": "nope"}})
     with pytest.raises(SecretNotFound) as e:
@@ -150,6 +178,29 @@ async def test_a_redirect_to_a_refused_address_is_not_followed(tmp_path: Path) -
                 with pytest.raises(TaskError, match="refused to connect"):
                     await call_url(params(outside.url()), ctx(tmp_path))
             assert len(outside.seen) == 1
+    assert inside.seen == []
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0177.0.0.1", "0x7f000001", "127.1"])
+def test_a_legacy_ipv4_form_is_refused_when_the_job_is_made(host: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match="legacy form"):
+        as_sent(url=f"http://{host}:9/")
+
+
+async def test_a_redirect_to_a_legacy_ipv4_form_or_another_scheme_fails_without_retry(
+    tmp_path: Path,
+) -> None:
+    async with target(FORBIDDEN) as inside:
+        port = inside.server.port
+        for location, error in (
+            (f"http://2130706433:{port}/", "invalid URL"),
+            (f"http://127.1:{port}/", "invalid URL"),
+            ("file:///etc/passwd", "not http"),
+        ):
+            async with target(ALLOWED, _redirecting(location)) as outside:
+                with pytest.raises(TaskError, match=error) as e:
+                    await call_url(params(outside.url()), ctx(tmp_path))
+            assert e.value.retryable is False and len(outside.seen) == 1
     assert inside.seen == []
 
 
