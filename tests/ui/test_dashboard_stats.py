@@ -109,6 +109,11 @@ async def test_upcoming_shows_a_week_by_local_hour_with_the_dst_gap_marked(
     row = page.locator('#upcoming tbody tr[data-dst="shifted"]')
     await expect(row).to_contain_text("2026-03-29 01:00:00 UTC")
     await expect(row).to_contain_text("gap: shift")
+    # the marked table fits the 1360-pixel window: no column past its right edge
+    assert await page.evaluate(
+        "document.querySelector('#upcoming').getBoundingClientRect().right <= innerWidth"
+        " && document.querySelector('main').scrollWidth <= document.querySelector('main').clientWidth"
+    )
     await tab.screenshot("job-dst-marks")
     tab.assert_clean()
 
