@@ -118,6 +118,40 @@ async def test_upcoming_shows_a_week_by_local_hour_with_the_dst_gap_marked(
     tab.assert_clean()
 
 
+async def test_the_heatmap_shades_full_hours_so_a_clash_stands_out(
+    context: BrowserContext, spring_stack: Stack
+) -> None:
+    alice = spring_stack.client()
+    tab = await sign_in(context, spring_stack, "alice")
+    page = tab.page
+    await tab.open("/ui/upcoming?timezone=UTC")  # no job: nothing to shade, no scale to read
+    await expect(page.locator("#heatmap caption")).to_contain_text("no fire time in these 7 days")
+
+    await alice.create_job(
+        {"taskId": "noop", "schedule": {"type": "cron", "expression": "* * * * *"}}
+    )
+    await alice.create_job(
+        {
+            "taskId": "noop",
+            "schedule": {"type": "cron", "expression": "0 8 * * *", "timezone": "UTC"},
+        }
+    )
+    await tab.open("/ui/upcoming?timezone=UTC")
+    # the window starts now (12:15): its first hour has 44 fire times, every full hour 60 or 61
+    first = page.locator('#heatmap tr[data-date="2026-03-27"] td[data-hour="12"]')
+    await expect(first).to_have_attribute("data-fires", "44")
+    await expect(page.locator("#heatmap caption")).to_contain_text("lightest = 60, darkest = 61")
+    clash = page.locator('#heatmap tr[data-date="2026-03-28"] td[data-hour="8"]')
+    await expect(clash).to_have_attribute("data-fires", "61")
+    await expect(clash).to_have_class("l5")
+    for hour in ("7", "9"):  # the hours around it: the lightest shade, not all but as dark
+        cell = page.locator(f'#heatmap tr[data-date="2026-03-28"] td[data-hour="{hour}"]')
+        await expect(cell).to_have_class("l1")
+    await expect(first).to_have_class("l1")
+    await tab.screenshot("upcoming-clash")
+    tab.assert_clean()
+
+
 async def admin_tab(context: BrowserContext, stack: Stack) -> Tab:
     """A tab signed in with an admin token (the sign-in form, as a person would)."""
     token = mint_token(stack.settings.gateway.auth_secret, "root", role=Role.ADMIN)
