@@ -212,6 +212,13 @@ async def test_the_run_page_shows_every_attempt(signed_in: SignIn, stack: Stack)
     await expect(tab.page.locator("#timeline li")).to_have_count(
         6
     )  # scheduled, published, 2 starts, 2 ends
+    # the wait between the failed attempt and its retry is marked as the backoff it is
+    backoff = tab.page.locator("#timeline .backoff-gap")
+    await expect(backoff).to_have_count(1)
+    await expect(backoff).to_have_text(re.compile(r"^backoff \d+(\.\d+)? m?s before the retry$"))
+    await expect(tab.page.locator("#timeline li.after-backoff")).to_contain_text(
+        "attempt 2 started"
+    )
     await tab.screenshot("run")
     tab.assert_clean()
 
