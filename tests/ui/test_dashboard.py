@@ -107,6 +107,8 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
         await page.get_by_role("button", name=name, exact=True).click()
         dialog = page.get_by_role("dialog")
         await expect(dialog).to_be_visible()
+        # an unnamed job: its task and short id, as the Jobs table shows it
+        await expect(dialog.get_by_role("heading")).to_have_text(f"{name}: noop · {job.id[:12]}…")
         await dialog.get_by_role("button", name=name, exact=True).click()
         await expect(dialog).to_be_hidden()
 

@@ -205,7 +205,7 @@ export function renderJob(main, jobId) {
   }
 
   async function act(a) {
-    const ok = await confirmAction(`${a.label}: ${job.taskId}`, a.confirm, a.label);
+    const ok = await confirmAction(`${a.label}: ${job.name ?? `${job.taskId} · ${shortId(job.id)}`}`, a.confirm, a.label);
     if (!ok) return;
     try {
       if (a.name === "delete") {
