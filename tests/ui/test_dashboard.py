@@ -107,6 +107,8 @@ async def test_the_job_page_controls_act_through_the_api(signed_in: SignIn, stac
         await page.get_by_role("button", name=name, exact=True).click()
         dialog = page.get_by_role("dialog")
         await expect(dialog).to_be_visible()
+        # an unnamed job: its task and short id, as the Jobs table shows it
+        await expect(dialog.get_by_role("heading")).to_have_text(f"{name}: noop · {job.id[:12]}…")
         await dialog.get_by_role("button", name=name, exact=True).click()
         await expect(dialog).to_be_hidden()
 
@@ -212,6 +214,13 @@ async def test_the_run_page_shows_every_attempt(signed_in: SignIn, stack: Stack)
     await expect(tab.page.locator("#timeline li")).to_have_count(
         6
     )  # scheduled, published, 2 starts, 2 ends
+    # the wait between the failed attempt and its retry is marked as the backoff it is
+    backoff = tab.page.locator("#timeline .backoff-gap")
+    await expect(backoff).to_have_count(1)
+    await expect(backoff).to_have_text(re.compile(r"^backoff \d+(\.\d+)? m?s before the retry$"))
+    await expect(tab.page.locator("#timeline li.after-backoff")).to_contain_text(
+        "attempt 2 started"
+    )
     await tab.screenshot("run")
     tab.assert_clean()
 

@@ -173,6 +173,13 @@ async def test_the_job_page_shows_name_labels_notify_and_concurrency_without_sec
     )
     await expect(spec).to_contain_text("key tenant-acme, at most 2 at once, policy skip")
     await tab.live()
+    # a confirmation names the job as its page does, by its name (not its task, noop, which
+    # many jobs share)
+    await page.get_by_role("button", name="Pause", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    await expect(dialog.get_by_role("heading")).to_have_text("Pause: nightly-billing")
+    await dialog.get_by_role("button", name="Back").click()
+    await expect(dialog).to_be_hidden()
     html = await page.content()
     for secret in (SECRET, SECRET.removeprefix("whsec_"), "tokenpart", "querysecret"):
         assert secret not in html

@@ -109,7 +109,46 @@ async def test_upcoming_shows_a_week_by_local_hour_with_the_dst_gap_marked(
     row = page.locator('#upcoming tbody tr[data-dst="shifted"]')
     await expect(row).to_contain_text("2026-03-29 01:00:00 UTC")
     await expect(row).to_contain_text("gap: shift")
+    # the marked table fits the 1360-pixel window: no column past its right edge
+    assert await page.evaluate(
+        "document.querySelector('#upcoming').getBoundingClientRect().right <= innerWidth"
+        " && document.querySelector('main').scrollWidth <= document.querySelector('main').clientWidth"
+    )
     await tab.screenshot("job-dst-marks")
+    tab.assert_clean()
+
+
+async def test_the_heatmap_shades_full_hours_so_a_clash_stands_out(
+    context: BrowserContext, spring_stack: Stack
+) -> None:
+    alice = spring_stack.client()
+    tab = await sign_in(context, spring_stack, "alice")
+    page = tab.page
+    await tab.open("/ui/upcoming?timezone=UTC")  # no job: nothing to shade, no scale to read
+    await expect(page.locator("#heatmap caption")).to_contain_text("no fire time in these 7 days")
+
+    await alice.create_job(
+        {"taskId": "noop", "schedule": {"type": "cron", "expression": "* * * * *"}}
+    )
+    await alice.create_job(
+        {
+            "taskId": "noop",
+            "schedule": {"type": "cron", "expression": "0 8 * * *", "timezone": "UTC"},
+        }
+    )
+    await tab.open("/ui/upcoming?timezone=UTC")
+    # the window starts now (12:15): its first hour has 44 fire times, every full hour 60 or 61
+    first = page.locator('#heatmap tr[data-date="2026-03-27"] td[data-hour="12"]')
+    await expect(first).to_have_attribute("data-fires", "44")
+    await expect(page.locator("#heatmap caption")).to_contain_text("lightest = 60, darkest = 61")
+    clash = page.locator('#heatmap tr[data-date="2026-03-28"] td[data-hour="8"]')
+    await expect(clash).to_have_attribute("data-fires", "61")
+    await expect(clash).to_have_class("l5")
+    for hour in ("7", "9"):  # the hours around it: the lightest shade, not all but as dark
+        cell = page.locator(f'#heatmap tr[data-date="2026-03-28"] td[data-hour="{hour}"]')
+        await expect(cell).to_have_class("l1")
+    await expect(first).to_have_class("l1")
+    await tab.screenshot("upcoming-clash")
     tab.assert_clean()
 
 
@@ -249,7 +288,17 @@ async def test_the_search_box_finds_a_job_by_its_idempotency_key(
     await expect(page.locator("#job-search-result")).to_have_text(
         "No job of yours has the id or idempotency key invoice-2026-07."
     )
+    await page.get_by_label("Go to job").fill(mine[:12] + "\u2026")  # the id as the table shows it
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#job-search-result")).to_have_text(
+        f"No job of yours has the id or idempotency key {mine[:12]}\u2026."
+        " A job id has 32 hex digits; the table shows its first 12."
+    )
     await page.get_by_label("Go to job").fill("invoice-2026-06")
     await page.keyboard.press("Enter")
     await expect(page).to_have_url(f"{stack.url}/ui/jobs/{mine}")
-    tab.problems.clear()  # the browser logs the 404 answers of the id lookups as console errors
+    await tab.live()
+    # a key is looked up by a list (200, empty when nothing matches), never by GET /jobs/<key>,
+    # whose 404 the browser logs as a console error
+    assert not [u for u in tab.urls if "/jobs/invoice-" in u]
+    tab.assert_clean()

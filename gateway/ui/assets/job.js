@@ -110,7 +110,7 @@ function upcomingTable(times, zone, marks = []) {
   return h(
     "table",
     { class: "grid", id: "upcoming" },
-    h("thead", {}, h("tr", {}, zones.map((z) => h("th", { scope: "col" }, z)), marks.length ? h("th", { scope: "col" }, "DST") : null)),
+    h("thead", {}, h("tr", {}, zones.map((z) => h("th", { scope: "col" }, z)))),
     h(
       "tbody",
       {},
@@ -118,8 +118,9 @@ function upcomingTable(times, zone, marks = []) {
         h(
           "tr",
           { class: r.skipped ? "skipped-occurrence" : null, dataset: r.mark ? { dst: r.mark.kind } : {} },
-          zones.map((z) => h("td", { class: "t" }, r.skipped ? h("s", {}, inZone(r.t, z)) : inZone(r.t, z))),
-          marks.length ? h("td", {}, note(r)) : null,
+          // The DST note goes under the time in the job's zone, where the rule applies: a third
+          // column pushed the table past the right edge of a 1360-pixel window.
+          zones.map((z, i) => h("td", { class: "t" }, r.skipped ? h("s", {}, inZone(r.t, z)) : inZone(r.t, z), i === zones.length - 1 ? note(r) : null)),
         ),
       ),
     ),
@@ -204,7 +205,7 @@ export function renderJob(main, jobId) {
   }
 
   async function act(a) {
-    const ok = await confirmAction(`${a.label}: ${job.taskId}`, a.confirm, a.label);
+    const ok = await confirmAction(`${a.label}: ${job.name ?? `${job.taskId} · ${shortId(job.id)}`}`, a.confirm, a.label);
     if (!ok) return;
     try {
       if (a.name === "delete") {

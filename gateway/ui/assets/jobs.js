@@ -5,6 +5,7 @@ import { labelChips, selectorMatches } from "./labels.js";
 import { liveState, navigate } from "./shell.js";
 
 const JOB_STATUSES = ["SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"];
+const JOB_ID = /^[0-9a-f]{32}$/i;
 const RUN_STATUSES = ["QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"];
 const FILTERS = { status: "status", lastRunStatus: "lastRunStatus", task: "taskId", name: "name", labels: "labels", createdFrom: "startTime", createdTo: "endTime", allUsers: "allUsers" };
 // URL query name → API query name. The URL keeps the dashboard's names so a link reads well.
@@ -148,16 +149,29 @@ export function renderJobs(main, params) {
     e.preventDefault();
     const id = search.value.trim();
     if (!id) return;
+    // The key first: a list answers 200 when nothing matches, where GET /jobs/<id> is a 404
+    // that the browser logs as an error. Only what has a job id's shape is then tried as one.
+    const missing = () => {
+      const hint = /^[0-9a-f]{1,31}…?$/i.test(id) ? " A job id has 32 hex digits; the table shows its first 12." : "";
+      return `No job of yours has the id or idempotency key ${id}.${hint}`;
+    };
     try {
-      const job = await api(`/jobs/${encodeURIComponent(id)}`).catch(async (err) => {
-        if (err.status !== 404) throw err;
-        const page = await api(`/jobs?${new URLSearchParams({ idempotencyKey: id, limit: "1" })}`);
-        if (!page.items.length) throw err;
-        return page.items[0];
-      });
+      const page = await api(`/jobs?${new URLSearchParams({ idempotencyKey: id, limit: "1" })}`);
+      let job = page.items[0];
+      if (!job && JOB_ID.test(id)) {
+        job = await api(`/jobs/${encodeURIComponent(id.toLowerCase())}`).catch((err) => {
+          if (err.status !== 404) throw err;
+          return undefined;
+        });
+      }
+      if (!job) {
+        found.textContent = missing();
+        search.focus();
+        return;
+      }
       navigate(`/ui/jobs/${encodeURIComponent(job.id)}`);
     } catch (err) {
-      found.textContent = err.status === 404 ? `No job of yours has the id or idempotency key ${id}.` : err.message;
+      found.textContent = err.message;
       search.focus();
     }
   });

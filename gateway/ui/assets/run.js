@@ -8,20 +8,30 @@ function field(name, v) {
 }
 
 function timeline(run, zone) {
-  const steps = [["scheduled", run.scheduledFor], ["published", run.publishedAt]];
+  // [label, instant, whether the wait before it is a retry's backoff]
+  const steps = [["scheduled", run.scheduledFor, false], ["published", run.publishedAt, false]];
+  let retrying = false;
   for (const a of run.attempts) {
-    steps.push([`attempt ${a.attempt} started${a.redelivered ? " (redelivered)" : ""} on ${a.workerId ?? "?"}`, a.startedAt]);
-    if (a.finishedAt) steps.push([`attempt ${a.attempt} ${a.outcome ?? "ended"}`, a.finishedAt]);
+    steps.push([`attempt ${a.attempt} started${a.redelivered ? " (redelivered)" : ""} on ${a.workerId ?? "?"}`, a.startedAt, retrying]);
+    if (a.finishedAt) steps.push([`attempt ${a.attempt} ${a.outcome ?? "ended"}`, a.finishedAt, false]);
+    retrying = a.outcome === "RETRYING";
   }
-  if (run.nextAttemptAt && !TERMINAL.has(run.status)) steps.push(["next attempt due", run.nextAttemptAt]);
-  if (!run.attempts.length && run.finishedAt) steps.push([run.status.toLowerCase(), run.finishedAt]);
+  if (run.nextAttemptAt && !TERMINAL.has(run.status)) steps.push(["next attempt due", run.nextAttemptAt, retrying]);
+  if (!run.attempts.length && run.finishedAt) steps.push([run.status.toLowerCase(), run.finishedAt, false]);
   const known = steps.filter(([, t]) => t);
+  const gap = (i) => {
+    const [, t, backoff] = known[i];
+    const d = duration(between(known[i - 1][1], t));
+    const title = `${d} after the step before; ${duration(between(known[0][1], t))} after the scheduled time`;
+    return backoff
+      ? h("span", { class: "backoff-gap", title }, `backoff ${d} before the retry`)
+      : h("span", { class: "muted", title }, ` (+${d} after the step before)`);
+  };
   return h(
     "ol",
     { class: "timeline", id: "timeline" },
-    known.map(([label, t], i) =>
-      h("li", {}, h("span", { class: "t" }, inZone(t, zone)), " ", label,
-        i ? h("span", { class: "muted", title: `${duration(between(known[i - 1][1], t))} after the step before; ${duration(between(known[0][1], t))} after the scheduled time` }, ` (+${duration(between(known[i - 1][1], t))} after the step before)`) : null),
+    known.map(([label, t, backoff], i) =>
+      h("li", { class: backoff && i ? "after-backoff" : null }, i && backoff ? gap(i) : null, h("span", { class: "t" }, inZone(t, zone)), " ", label, i && !backoff ? gap(i) : null),
     ),
   );
 }

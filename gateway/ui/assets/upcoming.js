@@ -29,18 +29,30 @@ function localCell(iso, zone) {
 /**
  * A cell's shade, 0 (no fire time) to LEVELS: scaled from the fewest fire times of any non-empty
  * hour to the most, so an every-minute job (60 in every hour) does not paint every cell alike
- * and hide the hours where other jobs add up.
+ * and hide the hours where other jobs add up. A count outside [min, max] (an edge hour of the
+ * window, left out of the scale) takes the nearest end.
  */
 function level(n, min, max) {
   if (!n) return 0;
   if (max === min) return LEVELS;
-  return Math.max(1, Math.ceil(((n - min) / (max - min)) * LEVELS));
+  return Math.min(LEVELS, Math.max(1, Math.ceil(((n - min) / (max - min)) * LEVELS)));
+}
+
+/**
+ * The fewest and most fire times of a non-empty hour, the window's first and last hour left out:
+ * the window starts now, so its first hour holds only the rest of that hour's fire times (119 of
+ * an every-second job's 3,600), and as the lightest it would shade every full hour alike again.
+ */
+function scale(data) {
+  const edges = new Set([data.windowStart, new Date(Date.parse(data.windowEnd) - 1).toISOString()].map((t) => localCell(t, data.timezone).join(" ")));
+  const counts = data.days.flatMap((d) => d.hours.filter((n, hour) => n > 0 && !edges.has(`${d.date} ${hour}`)));
+  const all = data.days.flatMap((d) => d.hours).filter((n) => n > 0);
+  const used = counts.length ? counts : all; // a job that fires only in an edge hour
+  return used.length ? [Math.min(...used), Math.max(...used)] : null;
 }
 
 function heatTable(data) {
-  const counts = data.days.flatMap((d) => d.hours).filter((n) => n > 0);
-  const max = Math.max(1, ...counts);
-  const min = counts.length ? Math.min(...counts) : 1;
+  const [min, max] = scale(data) ?? [0, 0];
   const marked = new Map();
   for (const m of data.marks) {
     const key = localCell(m.at, data.timezone).join(" ");
@@ -50,7 +62,7 @@ function heatTable(data) {
   return h(
     "table",
     { class: "heat", id: "heatmap" },
-    h("caption", {}, `Fire times per hour, ${data.timezone} wall clock; lightest = ${min.toLocaleString("en")}, darkest = ${max.toLocaleString("en")}. `, h("span", { class: "dst-key" }, "◆"), " a DST change."),
+    h("caption", {}, `Fire times per hour, ${data.timezone} wall clock; `, max ? `lightest = ${min.toLocaleString("en")}, darkest = ${max.toLocaleString("en")}. ` : "no fire time in these 7 days. ", h("span", { class: "dst-key" }, "◆"), " a DST change."),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), Array.from({ length: 24 }, (_, i) => h("th", { scope: "col", class: "hour" }, String(i).padStart(2, "0"))))),
     h(
       "tbody",
