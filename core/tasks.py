@@ -19,6 +19,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from core.concurrency import (
+    MAX_CONCURRENT_LIMIT,
+    ConcurrencyPolicy,
+    check_concurrency,
+    parse_template,
+    render_key,
+)
 from core.errors import FieldError, InvalidRequest
 
 TaskKind = Literal["io", "cpu"]
@@ -101,6 +108,25 @@ class TaskContext:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskConcurrency:
+    """A task's default concurrency limit (:mod:`core.concurrency`), as Hatchet's concurrency
+    groups are declared on the workflow: a job of the task created without a ``concurrencyKey``
+    of its own takes all three, and shows them as its own options (a job may set its own
+    instead, or ``PATCH`` ``concurrencyKey: null`` to run without a limit).
+
+    Attributes:
+        key: the key template over the job's parameters (``"tenant-{tenant}"``).
+        max_concurrent: runs of one key (and owner) at once, 1 to
+            :data:`core.concurrency.MAX_CONCURRENT_LIMIT`.
+        policy: what a run does when every slot of its key is taken.
+    """
+
+    key: str
+    max_concurrent: int = 1
+    policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """One registered task.
 
@@ -112,6 +138,7 @@ class TaskSpec:
         timeout_seconds: default run timeout (a job may override it).
         max_attempts: default attempts (a job may override it).
         description: one line for humans (shown by ``jobsched tasks``).
+        concurrency: the default concurrency limit of its jobs (None: none).
     """
 
     name: str
@@ -121,6 +148,7 @@ class TaskSpec:
     timeout_seconds: float
     max_attempts: int
     description: str = ""
+    concurrency: TaskConcurrency | None = None
 
     def decode_params(self, parameters: dict[str, Any]) -> msgspec.Struct:
         """Validate ``parameters`` against ``params_type``.
@@ -132,6 +160,39 @@ class TaskSpec:
             return msgspec.convert(parameters, self.params_type)
         except msgspec.ValidationError as e:
             raise InvalidRequest(validation_field_error(e, root="parameters")) from None
+
+    def job_concurrency(
+        self,
+        key: str | None,
+        max_concurrent: int | None,
+        policy: ConcurrencyPolicy,
+        parameters: dict[str, Any],
+    ) -> tuple[str | None, int | None, ConcurrencyPolicy]:
+        """The concurrency options ``(key, max_concurrent, policy)`` of a new job of this task
+        that asks for ``key``, ``max_concurrent`` and ``policy``: its own when it sets a key or
+        ``max_concurrent``, else the task's default limit, if any (as a job's other options fall
+        back to the task's ``timeout_seconds`` and ``max_attempts``).
+
+        Raises:
+            InvalidRequest: naming ``concurrencyKey`` (the job's own template is invalid or does
+                not render with ``parameters``, or the task's does not: a parameter it names is
+                not set) or ``maxConcurrent`` (set without a key).
+        """
+        default = self.concurrency
+        if key is not None or max_concurrent is not None or default is None:
+            check_concurrency(key, max_concurrent, parameters)
+            return key, max_concurrent, policy
+        try:
+            render_key(default.key, parameters)
+        except ValueError as e:
+            raise InvalidRequest(
+                FieldError(
+                    "concurrencyKey",
+                    f"the default of task {self.name!r}, {default.key!r}, {e}: set that "
+                    "parameter, or give the job a concurrencyKey of its own",
+                )
+            ) from None
+        return default.key, default.max_concurrent, default.policy
 
 
 IoTaskFn = Callable[[Any, TaskContext], Awaitable[Any]]
@@ -160,18 +221,35 @@ class TaskCatalog:
         timeout_seconds: float = 300.0,
         max_attempts: int = 3,
         description: str = "",
+        concurrency_key: str | None = None,
+        max_concurrent: int = 1,
+        concurrency_policy: ConcurrencyPolicy | str = ConcurrencyPolicy.QUEUE,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
+        ``concurrency_key`` (a template over ``params``' fields, by their JSON names),
+        ``max_concurrent`` and ``concurrency_policy`` (``queue`` or ``skip``) are the default
+        concurrency limit of the task's jobs (:class:`TaskConcurrency`).
+
         Raises:
-            ValueError: if ``name`` is already registered.
+            ValueError: ``name`` is already registered, or the concurrency limit is invalid
+                (a template :func:`core.concurrency.parse_template` refuses, a placeholder that
+                names no field of ``params``, ``max_concurrent`` out of range, an unknown
+                policy).
         """
+        concurrency = (
+            None
+            if concurrency_key is None
+            else _task_concurrency(
+                name, params, concurrency_key, max_concurrent, concurrency_policy
+            )
+        )
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self._tasks:
                 raise ValueError(f"task {name!r} is registered twice")
             self._tasks[name] = TaskSpec(
-                name, fn, params, kind, timeout_seconds, max_attempts, description
+                name, fn, params, kind, timeout_seconds, max_attempts, description, concurrency
             )
             return fn
 
@@ -196,6 +274,39 @@ class TaskCatalog:
 
     def __iter__(self) -> Iterator[TaskSpec]:
         return iter(self._tasks.values())
+
+
+def _task_concurrency(
+    task: str,
+    params: type[msgspec.Struct],
+    key: str,
+    max_concurrent: int,
+    policy: ConcurrencyPolicy | str,
+) -> TaskConcurrency:
+    """The checked default concurrency limit of ``task`` (raises ValueError naming it)."""
+    try:
+        parts = parse_template(key)
+    except ValueError as e:
+        raise ValueError(f"task {task!r}: concurrency_key {key!r} {e}") from None
+    fields = {f.encode_name for f in msgspec.structs.fields(params)}
+    for is_name, text in parts:
+        if is_name and text not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise ValueError(
+                f"task {task!r}: concurrency_key {key!r} names {text!r}, which is not one of its "
+                f"parameters ({known})"
+            )
+    if not 1 <= max_concurrent <= MAX_CONCURRENT_LIMIT:
+        raise ValueError(
+            f"task {task!r}: max_concurrent must be 1 to {MAX_CONCURRENT_LIMIT}, "
+            f"not {max_concurrent}"
+        )
+    if policy not in set(ConcurrencyPolicy):
+        known = ", ".join(ConcurrencyPolicy)
+        raise ValueError(
+            f"task {task!r}: concurrency_policy must be one of {known}, not {policy!r}"
+        )
+    return TaskConcurrency(key, max_concurrent, ConcurrencyPolicy(policy))
 
 
 _NAMED_REASON = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*): (.+)", re.S)

@@ -636,6 +636,13 @@ async def list_tasks(request: web.Request) -> web.Response:
                     "timeoutSeconds": t.timeout_seconds,
                     "maxAttempts": t.max_attempts,
                     "parameters": msgspec.json.schema(t.params_type),
+                    "concurrency": None
+                    if t.concurrency is None
+                    else {
+                        "key": t.concurrency.key,
+                        "maxConcurrent": t.concurrency.max_concurrent,
+                        "policy": t.concurrency.policy,
+                    },
                 }
                 for t in catalog
             ]

@@ -22,6 +22,7 @@ from core.audit import AuditRecord
 from core.backfill import BackfillRequest, BackfillResult
 from core.bulk import BulkAction, BulkCreate
 from core.cluster import ClusterView
+from core.concurrency import ConcurrencyPolicy
 from core.explain import Explanation
 from core.heatmap import DstMark, UpcomingHeatmap
 from core.model import (
@@ -60,6 +61,15 @@ class JobFireTimes(msgspec.Struct, rename="camel"):
     marks: list[DstMark]
 
 
+class TaskConcurrencyInfo(msgspec.Struct, rename="camel"):
+    """A task's default concurrency limit: what a job of it created without a
+    ``concurrencyKey`` of its own gets."""
+
+    key: str
+    max_concurrent: int
+    policy: ConcurrencyPolicy
+
+
 class TaskInfo(msgspec.Struct, rename="camel"):
     task_id: str
     kind: str
@@ -67,6 +77,7 @@ class TaskInfo(msgspec.Struct, rename="camel"):
     timeout_seconds: float
     max_attempts: int
     parameters: dict[str, Any]
+    concurrency: TaskConcurrencyInfo | None
 
 
 class TaskList(msgspec.Struct):

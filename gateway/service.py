@@ -199,6 +199,9 @@ class JobService:
                 raise InvalidRequest(FieldError("Idempotency-Key", "must be 1 to 255 characters"))
             if not is_text(idempotency_key):  # aiohttp keeps bytes that are not UTF-8 as surrogates
                 raise InvalidRequest(FieldError("Idempotency-Key", "must be UTF-8 text"))
+        key, max_concurrent, policy = spec.job_concurrency(
+            body.concurrency_key, body.max_concurrent, body.concurrency_policy, body.parameters
+        )
         job_id = new_job_id()
         options = requested_spec(
             body,
@@ -206,9 +209,10 @@ class JobService:
             max_attempts=max_attempts,
             timeout_seconds=float(body.timeout_seconds or spec.timeout_seconds),
             notify=notifications.resolve(body.notify),
-            max_concurrent=body.max_concurrent or 1,
+            concurrency_key=key,
+            max_concurrent=max_concurrent or 1,
+            concurrency_policy=policy,
         )
-        check_concurrency(body.concurrency_key, body.max_concurrent, body.parameters)
         return Job(
             **spec_values(options),
             id=job_id,

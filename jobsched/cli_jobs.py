@@ -948,5 +948,16 @@ def tasks(output: str, url: str | None, token: str | None) -> None:
         schema = t["parameters"]
         defs: dict[str, dict[str, Any]] = schema.get("$defs", {})
         props = defs.get(schema.get("$ref", "").rsplit("/", 1)[-1], schema).get("properties", {})
-        rows.append((t["taskId"], t["kind"], ", ".join(props) or "-", t["description"]))
-    _table(("TASK", "KIND", "PARAMETERS", "DESCRIPTION"), rows)
+        limit = t.get("concurrency")
+        rows.append(
+            (
+                t["taskId"],
+                t["kind"],
+                ", ".join(props) or "-",
+                f"{limit['key']} max {limit['maxConcurrent']} ({limit['policy']})"
+                if limit
+                else "-",
+                t["description"],
+            )
+        )
+    _table(("TASK", "KIND", "PARAMETERS", "CONCURRENCY", "DESCRIPTION"), rows)

@@ -11,6 +11,7 @@ from core.model import ExecutionStatus, StatusEvent
 from jobsched.client import ApiError
 from jobsched.runtime import Roles
 from tests.conftest import SettingsFactory
+from tests.e2e.limited_tasks import TASK_KEY, TASK_MAX, TASKS
 from tests.e2e.test_cli_jobs import cli, cli_json
 from tests.e2e.test_explain import explained
 from tests.e2e.test_nats_api import nats_client
@@ -95,6 +96,51 @@ async def test_at_most_max_concurrent_runs_of_a_key_run_across_workers(
         assert {e.status for e in ended} == {ExecutionStatus.SUCCEEDED}
         assert most_running_at_once(log.events, ids) == 2
         assert len({e.worker_id for e in ended}) >= 2  # the limit held across processes
+
+
+async def test_a_tasks_default_limit_holds_across_workers_unless_a_job_sets_its_own(
+    make_settings: SettingsFactory, prefix: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tasks=TASKS)  # the gateway and both workers load tenant_sleep
+    async with (
+        start_stack(settings, Roles(gateway=True, scheduler=True)) as stack,
+        EventLog(settings.nats.url, prefix) as log,
+    ):
+        children = workers(
+            env_for(settings, JOBSCHED_WORKER_CONCURRENCY="2", JOBSCHED_WORKER_PREFETCH="0"),
+            tmp_path,
+            2,
+        )
+        try:
+            client = stack.client()
+            [task] = [t for t in await client.tasks() if t["taskId"] == "tenant_sleep"]
+            assert task["concurrency"] == {
+                "key": TASK_KEY,
+                "maxConcurrent": TASK_MAX,
+                "policy": "queue",
+            }
+            body = {"taskId": "tenant_sleep", "parameters": {"seconds": 0.6, "tenant": "acme"}}
+            limited = [await client.create_job(body) for _ in range(6)]
+            own = await client.create_job({**body, "concurrencyKey": "solo-{tenant}"})
+            with pytest.raises(ApiError) as missing:  # the task's key names tenant, unset here
+                await client.create_job({"taskId": "tenant_sleep", "parameters": {"seconds": 0}})
+            ids = {j.id for j in limited}
+            await log.wait_for(
+                lambda evs: sum(e.job_id in ids and e.status in ENDED for e in evs) == 6,
+                timeout_seconds=60,
+                what="every run under the task's limit ended",
+            )
+            await log.wait_status(own.id, ExecutionStatus.SUCCEEDED, timeout_seconds=30)
+        finally:
+            for c in children:
+                c.close()
+        assert {(j.concurrency_key, j.max_concurrent) for j in limited} == {(TASK_KEY, TASK_MAX)}
+        assert (own.concurrency_key, own.max_concurrent) == ("solo-{tenant}", 1)
+        assert (missing.value.status, problem_fields(missing.value)) == (422, ["concurrencyKey"])
+        ended = [e for e in log.events if e.job_id in ids and e.status in ENDED]
+        assert {e.status for e in ended} == {ExecutionStatus.SUCCEEDED}
+        assert most_running_at_once(log.events, ids) == TASK_MAX
+        assert len({e.worker_id for e in ended}) == 2  # the limit held across processes
 
 
 async def test_a_killed_workers_slot_is_reclaimed_after_its_lease(
