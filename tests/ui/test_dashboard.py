@@ -239,6 +239,26 @@ async def test_another_users_job_never_shows(signed_in: SignIn, stack: Stack) ->
     tab.assert_clean()
 
 
+@pytest.mark.parametrize("page", ["/ui/", "/ui/overview", "/ui/upcoming"])
+async def test_a_user_opening_an_all_users_link_sees_their_own_without_an_error(
+    signed_in: SignIn, stack: Stack, page: str
+) -> None:
+    await stack.client("bob").create_job({"taskId": "noop", "schedule": CRON_BERLIN})
+    mine = await stack.client("alice").create_job({"taskId": "noop", "schedule": CRON_BERLIN})
+    tab = await signed_in()
+    await tab.open(f"{page}?allUsers=true")
+    await expect(tab.page.locator("#all-users-note")).to_have_text(
+        "All users is for admins: this page shows your own."
+    )
+    assert "allUsers" not in tab.page.url
+    if page == "/ui/":
+        await expect(tab.page.locator("#jobs-body tr")).to_have_count(1)
+        await expect(tab.page.locator("#jobs-body")).to_contain_text(mine.id[:12])
+    else:
+        await expect(tab.page.locator("main")).not_to_contain_text("Cannot load")
+    tab.assert_clean()
+
+
 async def test_a_bad_token_is_refused_and_sign_out_forgets_it(
     signed_in: SignIn, stack: Stack
 ) -> None:

@@ -88,6 +88,13 @@ function route() {
   }
   const path = location.pathname.replace(/^\/ui\/?/, "");
   const params = new URLSearchParams(location.search);
+  if (params.get("allUsers") === "true" && tokenRole() !== "admin") {
+    // Every user's data is an admin's view (the API answers 403): another token sees its own,
+    // told why, and the address bar drops the filter so a copied link says what is shown.
+    params.delete("allUsers");
+    history.replaceState(null, "", `${location.pathname}${params.size ? `?${params}` : ""}`);
+    main.append(h("p", { class: "muted", role: "status", id: "all-users-note" }, "All users is for admins: this page shows your own."));
+  }
   let m;
   if (path === "" || path === "jobs") {
     cleanup = renderJobs(main, params);

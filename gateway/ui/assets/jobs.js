@@ -135,7 +135,7 @@ export function renderJobs(main, params) {
   );
   // A filter the API refuses (422: a selector that does not parse) is shown here, by its field.
   const filterError = h("p", { class: "error", role: "alert", id: "filter-labels-error" });
-  const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id or idempotency key", spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
+  const search = h("input", { type: "search", id: "job-search", name: "job", placeholder: "a job id or idempotency key", size: 34, spellcheck: "false", autocomplete: "off", "aria-describedby": "job-search-result" });
   const found = h("span", { id: "job-search-result", role: "status", class: "muted" });
   const finder = h(
     "form",
