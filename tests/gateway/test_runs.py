@@ -478,6 +478,22 @@ async def test_a_backfill_creates_marked_runs_once_under_the_overlap_policy(gw: 
     assert sorted(n or 0 for n in backfills) == [0, 6, 6]
 
 
+async def test_a_backfill_runs_on_a_paused_job_which_stays_paused_but_not_on_a_cancelled_one(
+    gw: Gateway,
+) -> None:
+    job = await gw.job()
+    await gw.clock.advance(timedelta(seconds=1))
+    assert (await gw.call("POST", f"/jobs/{job.id}/pause"))[0] == 200
+    body = {**window(30, 0), "overlapPolicy": "allow"}
+    status, result, _ = await gw.call("POST", f"/jobs/{job.id}/backfill", body=body)
+    assert (status, result["queued"]) == (200, 3), result
+    _, after, _ = await gw.call("GET", f"/jobs/{job.id}")
+    assert after["status"] == "PAUSED"
+    assert (await gw.call("POST", f"/jobs/{job.id}/cancel"))[0] == 200
+    status, problem, _ = await gw.call("POST", f"/jobs/{job.id}/backfill", body=window(60, 30))
+    assert status == 409, problem
+
+
 async def test_a_dry_run_counts_what_a_backfill_would_do_beside_the_runs_there_are(
     gw: Gateway,
 ) -> None:
