@@ -24,7 +24,7 @@ run: $(STAMP) nats-server
 ## a failed test runs TEST_RERUNS more times (pytest-rerunfailures; listed as RERUN in the summary)
 TEST_WORKERS ?= 2
 TEST_RERUNS ?= 1
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --reruns $(TEST_RERUNS) -rR --durations=15
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --reruns $(TEST_RERUNS) --rerun-show-tracebacks -rR --durations=15
 test: $(STAMP) nats-server
 	$(PYTEST)
 
