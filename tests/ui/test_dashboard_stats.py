@@ -203,6 +203,7 @@ async def test_the_cluster_page_shows_the_leases_queues_and_workers_to_an_admin(
     await expect(page.locator("#unleased")).to_have_text("Every partition is leased.")
     await expect(page.locator("#leases tbody tr")).to_have_count(partitions)
     await expect(page.locator('#cluster-queues tr[data-queue="default"]')).to_be_visible()
+    await expect(page.locator("#cluster-queues-legend")).to_contain_text("waiting for a worker")
     worker = page.locator(f'#workers tr[data-worker="{stack.settings.worker.resolved_worker_id}"]')
     await expect(worker).to_contain_text("heartbeat")  # live by its presence key
     await expect(worker.locator(".in-flight")).to_have_text(

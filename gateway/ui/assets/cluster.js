@@ -76,6 +76,10 @@ function queues(bus) {
         ],
       })),
     }),
+    // What the bars measure (a queue with none shows 0 and no bar).
+    h("ul", { class: "legend", id: "cluster-queues-legend" },
+      h("li", {}, h("span", { class: "swatch bar-queued" }), "waiting for a worker"),
+      h("li", {}, h("span", { class: "swatch bar-running" }), "in flight (delivered, not yet acknowledged)")),
     h(
       "table",
       { class: "grid", id: "cluster-queues" },
