@@ -190,6 +190,12 @@ async def test_skipped_runs_show_their_reason(signed_in: SignIn, stack: Stack) -
     await tab.open(f"/ui/jobs/{job.id}")
     skipped = tab.page.locator('#runs tbody tr[data-status="SKIPPED"]').first
     await expect(skipped).to_contain_text("overlap", timeout=TIMEOUT_MS)
+    # the run it waited for is a link labelled with its time, not a 57-character id
+    previous = skipped.locator(".reason").get_by_role(
+        "link", name=re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+    )
+    await expect(previous).to_have_attribute("href", re.compile(f"^/ui/jobs/{job.id}/runs/"))
+    await expect(skipped).not_to_contain_text(job.id)
     await tab.screenshot("job-skipped")
     await stack.client().cancel_job(job.id)
     tab.assert_clean()

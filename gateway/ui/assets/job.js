@@ -129,10 +129,26 @@ function upcomingTable(times, zone, marks = []) {
 
 const recurring = (job) => job.schedule.type === "cron" || job.schedule.type === "interval";
 
-function reason(run) {
+// An execution id in a reason (core/ids.py: 32 hex digits of the job, ':', the scheduled instant).
+const EXECUTION_ID = /\b([0-9a-f]{32}):(\d{4}-\d\d-\d\dT[\d:.]+Z)/g;
+
+/** A run's error or skip reason; an execution id in it ("previous run <id> is still RUNNING")
+ * shows as a link to that run, labelled with its scheduled time in the job's zone. */
+function reason(run, job, zone) {
   if (run.status !== "SKIPPED") return run.error ?? "";
   const missed = run.missed ? ` — ${run.missed.count} missed (${inZone(run.missed.first)} … ${inZone(run.missed.last)}), policy ${run.missed.policy}` : "";
-  return `${run.skipReason ?? "skipped"}${missed}`;
+  const text = `${run.skipReason ?? "skipped"}${missed}`;
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(EXECUTION_ID)) {
+    out.push(text.slice(last, m.index));
+    const href = m[1] === job.id ? `/ui/jobs/${encodeURIComponent(job.id)}/runs/${encodeURIComponent(m[0])}` : null;
+    const label = inZone(m[2], zone);
+    out.push(href ? h("a", { href, title: m[0] }, label) : h("span", { title: m[0] }, label));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out;
 }
 
 function runsTable(job, runs) {
@@ -156,7 +172,7 @@ function runsTable(job, runs) {
           h("td", { class: "t" }, r.startedAt ? inZone(r.startedAt, zone) : "—"),
           h("td", { class: "t" }, r.finishedAt ? inZone(r.finishedAt, zone) : "—"),
           h("td", { class: "mono" }, r.workerId ?? "—"),
-          h("td", { class: r.status === "SKIPPED" ? "muted" : "error" }, reason(r)),
+          h("td", { class: r.status === "SKIPPED" ? "muted reason" : "error reason" }, reason(r, job, zone)),
         ),
       ),
     ),
