@@ -278,3 +278,32 @@ async def test_a_bad_token_is_refused_and_sign_out_forgets_it(
     await expect(tab.page.get_by_role("navigation", name="Pages")).to_be_hidden()
     await tab.screenshot("sign-in")
     assert "not-a-token" not in tab.page.url
+
+
+CRON_IN_WORDS = {
+    "0 8 * * 1-5": "08:00 Mon\N{EN DASH}Fri",
+    "30 2 * 3 0": "02:30 Sun in Mar",
+    "0 9 1 JAN,JUL *": "09:00 on day 1 of Jan, Jul",
+    "0 8,12,18 * * *": "08:00, 12:00, 18:00 every day",
+    "15 */2 * * *": "every 2 hours at :15",
+    "15 */2 * * 6,0": "every 2 hours at :15 Sat, Sun",
+    "*/5 * * 11-12 *": "every 5 minutes in Nov\N{EN DASH}Dec",
+    "0 0 29 2 *": "00:00 on day 29 of Feb",
+    "0 8 * 13 *": None,  # no 13th month: shown as the expression itself
+    "0 1,2,3,4,5 * * *": None,  # more than four times a day
+    "0 8 1 * 1": None,  # day of month and of week together: cron's OR, said raw
+}
+
+
+async def test_cron_expressions_read_in_words_where_their_shape_is_common(
+    signed_in: SignIn,
+) -> None:
+    tab = await signed_in()
+    words = await tab.page.evaluate(
+        """async (expressions) => {
+            const { cronWords } = await import("/ui/assets/format.js");
+            return Object.fromEntries(expressions.map((e) => [e, cronWords(e)]));
+        }""",
+        list(CRON_IN_WORDS),
+    )
+    assert words == CRON_IN_WORDS

@@ -99,18 +99,41 @@ function dayOf(token) {
   return Number.isInteger(n) && n >= 0 && n <= 7 ? DAYS[n] : null;
 }
 
-function daysInWords(field) {
-  if (field === "*" || field === "?") return "every day";
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+function monthOf(token) {
+  const i = MONTHS.findIndex((m) => m.toUpperCase() === token.toUpperCase());
+  const n = i >= 0 ? i + 1 : Number(token);
+  return Number.isInteger(n) && n >= 1 && n <= 12 ? MONTHS[n - 1] : null;
+}
+
+/** A list of values and ranges ("1-5,0", "MAR-MAY") in words by ``name``, or null. */
+function listInWords(field, name) {
   const words = [];
   for (const part of field.split(",")) {
     const [lo, hi, extra] = part.split("-");
     if (extra !== undefined) return null;
-    const a = dayOf(lo);
-    const b = hi === undefined ? null : dayOf(hi);
+    const a = name(lo);
+    const b = hi === undefined ? null : name(hi);
     if (!a || (hi !== undefined && !b)) return null;
     words.push(b ? `${a}–${b}` : a);
   }
   return words.join(", ");
+}
+
+function daysInWords(field) {
+  if (field === "*" || field === "?") return "every day";
+  return listInWords(field, dayOf);
+}
+
+/** "08:00", "08:00, 12:30" or "every 2 hours at :15" of a cron's minute and hour fields. */
+function timesInWords(min, hour) {
+  if (!isNum(min)) return null;
+  const step = /^(?:\*|0)\/(\d+)$/.exec(hour);
+  if (step) return `every ${step[1]} hours at :${pad(min)}`;
+  const hours = hour.split(",");
+  if (hours.length > 4 || !hours.every((x) => isNum(x) && Number(x) < 24)) return null;
+  return hours.map((x) => `${pad(x)}:${pad(min)}`).join(", ");
 }
 
 const isNum = (s) => /^\d+$/.test(s);
@@ -130,20 +153,23 @@ export function cronWords(expression) {
   const f = expression.trim().split(/\s+/);
   if (f.length !== 5) return null;
   const [min, hour, dom, mon, dow] = f;
-  if (mon !== "*") return null;
+  const months = mon === "*" ? "" : listInWords(mon, monthOf);
+  if (months === null) return null;
+  const within = months ? ` in ${months}` : "";
   if (dom === "*" && dow === "*") {
-    if (min === "*" && hour === "*") return "every minute";
+    if (min === "*" && hour === "*") return `every minute${within}`;
     const step = /^\*\/(\d+)$/.exec(min);
-    if (step && hour === "*") return `every ${step[1]} minutes`;
-    if (isNum(min) && hour === "*") return `hourly at :${pad(min)}`;
+    if (step && hour === "*") return `every ${step[1]} minutes${within}`;
+    if (isNum(min) && hour === "*") return `hourly at :${pad(min)}${within}`;
   }
-  if (!isNum(min) || !isNum(hour)) return null;
-  const time = `${pad(hour)}:${pad(min)}`;
+  const time = timesInWords(min, hour);
+  if (!time) return null;
   if (dom === "*") {
     const days = daysInWords(dow);
-    return days ? `${time} ${days}` : null;
+    if (!days) return null;
+    return time.startsWith("every") && dow === "*" ? `${time}${within}` : `${time} ${days}${within}`;
   }
-  if (isNum(dom) && dow === "*") return `${time} on day ${dom} of each month`;
+  if (isNum(dom) && dow === "*") return `${time} on day ${dom} of ${months ? months : "each month"}`;
   return null;
 }
 
