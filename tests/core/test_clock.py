@@ -7,10 +7,11 @@ run every ready callback a fixed number of times (``settle``): no wall-clock sle
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 import pytest
 
+import core.clock
 from core.clock import FakeClock, SystemClock
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -174,3 +175,26 @@ async def test_system_clock_sleep_until_a_past_deadline_or_when_woken(woken: boo
 
     async with asyncio.timeout(BOUND_SECONDS):
         await clock.sleep_until(deadline, wake)
+
+
+async def test_system_clock_sleep_until_is_not_stretched_by_a_wall_clock_step_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wall clock steps back 10 s while a 20 ms sleep runs: the sleep still ends after about
+    20 ms of the loop's (monotonic) clock, not 10 s later; the caller sees the clock as it is."""
+    real = datetime
+    calls = 0
+
+    class SteppedBack(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> SteppedBack:
+            nonlocal calls
+            calls += 1
+            t = real.now(tz) - (timedelta(seconds=10) if calls > 1 else timedelta(0))
+            return cls.fromtimestamp(t.timestamp(), tz)
+
+    deadline = real.now(UTC) + timedelta(milliseconds=20)
+    monkeypatch.setattr(core.clock, "datetime", SteppedBack)
+    async with asyncio.timeout(BOUND_SECONDS):
+        await SystemClock().sleep_until(deadline, asyncio.Event())
+    assert calls == 2  # one look before the timer, one after it: no second sleep
