@@ -19,14 +19,15 @@ Layout (``<p>`` = ``subject_prefix``, ``<P>`` = the same for stream names):
                                         (:class:`JobNotice`), for the partition's scheduler.
 ======================================  =========================================================
 
-Everything here is checked against nats-server 2.9: WorkQueue retention, ``Nats-Msg-Id``
-de-duplication, pull consumers, ``-NAK`` with a delay (ADR-15, server 2.7.1+), ``+WPI`` in-progress
-acks, ``+TERM``. Batches of runs, of events and of a worker's status reports of at least
-``ATOMIC_BATCH_MIN`` messages are published as one atomic batch (ADR-50, nats-server 2.12+,
-``allow_atomic`` on both streams; de-duplication in a batch 2.12.1+): one PubAck per batch
-instead of one per message; smaller batches are pipelined (cheaper for them), and where a batch
-is refused (a stream without ``allow_atomic``, a duplicate in the batch) it is published message
-by message, as before. No nats exception escapes this package: failures surface as
+Everything here is checked against nats-server 2.12, the oldest supported: WorkQueue retention,
+``Nats-Msg-Id`` de-duplication, pull consumers, ``-NAK`` with a delay (ADR-15, server 2.7.1+),
+``+WPI`` in-progress acks, ``+TERM``. Batches of runs, of events and of a worker's status
+reports of at least ``ATOMIC_BATCH_MIN`` messages are published as one atomic batch (ADR-50,
+nats-server 2.12+, ``allow_atomic`` on both streams; de-duplication in a batch 2.12.1+): one
+PubAck per batch instead of one per message; smaller batches are pipelined (cheaper for them),
+and where a batch is refused (a stream without ``allow_atomic``, nats-server 2.12.0's refusal of
+``Nats-Msg-Id`` in a batch, a duplicate in the batch) it is published message by message, as
+before. No nats exception escapes this package: failures surface as
 :class:`core.errors.BusUnavailable`.
 """
 
@@ -90,6 +91,11 @@ per message in batches of 4 against 114 µs pipelined) and saves the client abou
 message: from about 16 messages on it costs less CPU in all (bench/README.md)."""
 ATOMIC_NOT_ENABLED = 10174
 """JetStream error code: atomic batch publish is not enabled on the stream."""
+ATOMIC_UNSUPPORTED_HEADER = 10177
+"""JetStream error code: a header not allowed in an atomic batch; nats-server 2.12.0 answers it
+for ``Nats-Msg-Id`` (de-duplication in a batch came with 2.12.1), at the batch's commit."""
+PUBACK_WAIT_SECONDS = 5.0
+"""How long the PubAcks of a pipelined publish are awaited, for the whole batch (seconds)."""
 BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
 
 run_encoder = msgspec.json.Encoder()
@@ -868,7 +874,11 @@ class Bus:
         self, batch: Sequence[tuple[str, bytes, str]], what: str
     ) -> list[BusUnavailable | None]:
         """Publish ``(subject, data, Nats-Msg-Id)`` messages with ``publish_async`` (all sent
-        before the first PubAck is awaited); one result per message (None = stored)."""
+        before the first PubAck is awaited); one result per message (None = stored).
+
+        The PubAcks are awaited until one deadline, :data:`PUBACK_WAIT_SECONDS` after the last
+        message went out, not that long each: PubAcks lost to a reconnect fail the whole batch
+        within that time (nats-py resolves a ``publish_async`` future on its PubAck only)."""
         futures: list[asyncio.Future[Any] | BusUnavailable] = []
         for subject, data, msg_id in batch:
             try:
@@ -880,13 +890,14 @@ class Bus:
             except BusUnavailable as e:
                 futures.append(e)
         results: list[BusUnavailable | None] = []
+        deadline = asyncio.get_running_loop().time() + PUBACK_WAIT_SECONDS
         for f in futures:
             if isinstance(f, BusUnavailable):
                 results.append(f)
                 continue
             try:
                 with translated(what):
-                    async with asyncio.timeout(5):
+                    async with asyncio.timeout_at(deadline):
                         await f
                 results.append(None)
             except BusUnavailable as e:
@@ -1012,8 +1023,9 @@ class Bus:
         if error is None:
             return True
         code = error.get("err_code") if isinstance(error, dict) else None
-        if code == ATOMIC_NOT_ENABLED:
-            log.info("atomic batch publish not enabled on a stream; publishing one by one")
+        if code in (ATOMIC_NOT_ENABLED, ATOMIC_UNSUPPORTED_HEADER):
+            # for good: every batch would be sent twice, refused at its commit, then one by one
+            log.info("atomic batch publish refused (%s); publishing one by one from now on", error)
             self._atomic = False
         else:
             log.debug("atomic batch refused (%s); publishing one by one", error)

@@ -6,9 +6,11 @@ import asyncio
 import dataclasses
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
+import bus.nats
 from bus.nats import ATOMIC_BATCH_MIN, RUN_LOOKUP_CONCURRENCY, Bus, BusConfig, NatsClient
 from core.errors import BusUnavailable
 from core.ids import execution_id
@@ -304,3 +306,48 @@ async def test_a_stream_without_atomic_batches_is_published_to_one_by_one(
         assert info.state.messages == 2 * ATOMIC_BATCH_MIN
     finally:
         await bus.close()
+
+
+class _SilentJetStream:
+    """A JetStream context whose PubAcks never come (lost to a reconnect)."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[None]] = []
+
+    async def publish_async(self, *args: object, **kwargs: object) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+
+async def test_lost_pubacks_fail_a_pipelined_batch_within_one_wait_not_one_per_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ten messages whose PubAcks never arrive: all ten fail once PUBACK_WAIT_SECONDS have
+    passed since they went out, not ten times that (a worker's whole report batch waited)."""
+    monkeypatch.setattr(bus.nats, "PUBACK_WAIT_SECONDS", 0.2)
+    b = Bus(BusConfig(servers=["nats://127.0.0.1:1"], prefix="t"))
+    js = _SilentJetStream()
+    b._js = js  # type: ignore[assignment]
+    batch = [(f"t.work.default.{i}", b"{}", f"id-{i}") for i in range(10)]
+    async with asyncio.timeout(1.0):  # 10 x 0.2 s before the fix
+        results = await b._publish_pipelined(batch, "publish run")
+    assert len(js.futures) == 10
+    assert all(isinstance(r, BusUnavailable) for r in results)
+
+
+@pytest.mark.parametrize(
+    ("code", "stays_atomic"),
+    [
+        (10174, False),  # not enabled on the stream
+        (10177, False),  # nats-server 2.12.0: Nats-Msg-Id unsupported in a batch
+        (10201, True),  # a duplicate in this batch: the next batch may be fine
+    ],
+)
+def test_a_refused_batch_turns_atomic_publishing_off_only_for_good_reasons(
+    code: int, stays_atomic: bool
+) -> None:
+    b = Bus(BusConfig(servers=["nats://127.0.0.1:1"], prefix="t"))
+    reply = {"error": {"code": 400, "err_code": code, "description": "refused"}}
+    assert b._batch_accepted(msgspec.json.encode(reply)) is False
+    assert b._atomic is stays_atomic
