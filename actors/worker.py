@@ -807,12 +807,18 @@ class _RunningReport:
             self.publish()
 
     def publish(self) -> None:
-        """Start publishing it (its grace passed)."""
+        """Start publishing it (its grace passed). Not when the run's task group is shutting
+        down (one of the run's own tasks failed, so its attempt is being cancelled): the report
+        is dropped there, and the worker's other runs go on."""
         self.pending = False
-        self._task = self._tg.create_task(
-            self._worker._report(self._event),
-            name=f"{self._worker.name} report RUNNING {self._event.execution_id}",
-        )
+        report = self._worker._report(self._event)
+        try:
+            self._task = self._tg.create_task(
+                report, name=f"{self._worker.name} report RUNNING {self._event.execution_id}"
+            )
+        except RuntimeError:  # TaskGroup.create_task: "... is shutting down"
+            report.close()
+            log.debug("run %s ending: its RUNNING report is dropped", self._event.execution_id)
 
     def drop(self) -> None:
         """Never publish it (the attempt ended within its grace, or was cancelled)."""

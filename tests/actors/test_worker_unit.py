@@ -13,11 +13,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
+import pytest
 
-from actors.worker import PRESENCE_MIN_GAP_SECONDS, RETRY_AFTER_MAX_SECONDS, Worker
+from actors.worker import (
+    PRESENCE_MIN_GAP_SECONDS,
+    RETRY_AFTER_MAX_SECONDS,
+    Worker,
+    _RunningReport,
+)
 from core.clock import FakeClock
 from core.cluster import PRESENCE_HEARTBEAT_SECONDS, WorkerHeartbeat
 from core.ids import execution_id
@@ -567,3 +574,36 @@ async def test_a_worker_heartbeats_while_it_consumes_and_withdraws_on_stop() -> 
         await presence.beat("w1", in_flight=0)
         await rig.stop()
         assert presence.live == {}
+
+
+async def test_a_running_report_due_while_its_runs_task_group_shuts_down_is_dropped() -> None:
+    """A run's own task failed, so its task group is cancelling the attempt, when the grace
+    timer publishes the run's RUNNING report: the report is dropped (before: create_task's
+    RuntimeError ended the grace timer, and with it the whole worker)."""
+    reported: list[object] = []
+
+    async def report(event: object) -> None:
+        reported.append(event)
+
+    worker: Any = SimpleNamespace(
+        config=SimpleNamespace(running_grace_seconds=0.5),
+        timer=FakeClock(T0),
+        _report=report,
+        name="worker[w]",
+    )
+    event: Any = SimpleNamespace(execution_id="e1")
+
+    async def fails() -> None:
+        raise ValueError("a keepalive's bug")
+
+    with pytest.raises(ExceptionGroup) as raised:
+        async with asyncio.timeout(5), asyncio.TaskGroup() as tg:
+            running = _RunningReport(worker, event, tg)
+            tg.create_task(fails())
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:  # the group aborts: its grace passes now
+                running.publish()
+                raise
+    assert [type(e) for e in raised.value.exceptions] == [ValueError]
+    assert reported == []
