@@ -302,7 +302,8 @@ class JobCreate(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):
     notify: NotifyIn | None = None
     concurrency_key: ConcurrencyKey | None = None
     max_concurrent: MaxConcurrent | None = None
-    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
+    concurrency_policy: ConcurrencyPolicy | None = None
+    """None: the task's default limit's, else ``queue`` (``TaskSpec.job_concurrency``)."""
 
 
 class JobPatch(Model, forbid_unknown_fields=True, kw_only=True, frozen=True):

@@ -165,13 +165,14 @@ class TaskSpec:
         self,
         key: str | None,
         max_concurrent: int | None,
-        policy: ConcurrencyPolicy,
+        policy: ConcurrencyPolicy | None,
         parameters: dict[str, Any],
     ) -> tuple[str | None, int | None, ConcurrencyPolicy]:
         """The concurrency options ``(key, max_concurrent, policy)`` of a new job of this task
-        that asks for ``key``, ``max_concurrent`` and ``policy``: its own when it sets a key or
-        ``max_concurrent``, else the task's default limit, if any (as a job's other options fall
-        back to the task's ``timeout_seconds`` and ``max_attempts``).
+        that asks for ``key``, ``max_concurrent`` and ``policy`` (None: not set): its own when
+        it sets a key or ``max_concurrent``, else the task's default limit, if any (as a job's
+        other options fall back to the task's ``timeout_seconds`` and ``max_attempts``). A
+        policy the job sets is kept either way; unset, it is the task's, else ``queue``.
 
         Raises:
             InvalidRequest: naming ``concurrencyKey`` (the job's own template is invalid or does
@@ -181,7 +182,7 @@ class TaskSpec:
         default = self.concurrency
         if key is not None or max_concurrent is not None or default is None:
             check_concurrency(key, max_concurrent, parameters)
-            return key, max_concurrent, policy
+            return key, max_concurrent, policy or ConcurrencyPolicy.QUEUE
         try:
             render_key(default.key, parameters)
         except ValueError as e:
@@ -192,7 +193,7 @@ class TaskSpec:
                     "parameter, or give the job a concurrencyKey of its own",
                 )
             ) from None
-        return default.key, default.max_concurrent, default.policy
+        return default.key, default.max_concurrent, policy or default.policy
 
 
 IoTaskFn = Callable[[Any, TaskContext], Awaitable[Any]]

@@ -24,7 +24,7 @@ from core import schedule as schedules
 from core.access import Principal
 from core.audit import AuditAction, AuditQuery, AuditRecord, audit_entry
 from core.clock import Clock
-from core.concurrency import check_concurrency
+from core.concurrency import ConcurrencyPolicy, check_concurrency
 from core.errors import (
     BusUnavailable,
     ExecutionNotFound,
@@ -94,6 +94,9 @@ def request_fingerprint(body: JobCreate) -> str:
     normalisation stored: a keyed request made before an upgrade and retried after it (or on a
     gateway of the other release, during a rolling one) is still the same request."""
     values = msgspec.to_builtins(body, builtin_types=(datetime,), order="sorted")
+    if values.get("concurrencyPolicy") == ConcurrencyPolicy.QUEUE:
+        # the default before a task could set one: releases before left it out of the digest
+        del values["concurrencyPolicy"]
     return hashlib.sha256(_canonical.encode(_utc_instants(values))).hexdigest()
 
 

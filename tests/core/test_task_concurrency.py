@@ -62,11 +62,24 @@ LIMITED = {"concurrency_key": "t-{tenantId}", "max_concurrent": 2, "concurrency_
 
 def test_a_job_without_a_limit_of_its_own_takes_the_tasks() -> None:
     spec = task(**LIMITED)
-    assert spec.job_concurrency(None, None, QUEUE, {"tenantId": "acme"}) == (
+    assert spec.job_concurrency(None, None, None, {"tenantId": "acme"}) == (
         "t-{tenantId}",
         2,
         ConcurrencyPolicy.SKIP,
     )
+
+
+def test_a_policy_the_job_sets_is_kept_with_the_tasks_key() -> None:
+    spec = task(**LIMITED)  # the task skips; this job asks to queue
+    assert spec.job_concurrency(None, None, QUEUE, {"tenantId": "acme"}) == (
+        "t-{tenantId}",
+        2,
+        QUEUE,
+    )
+
+
+def test_a_job_setting_nothing_of_its_own_queues_by_default() -> None:
+    assert task().job_concurrency("mine", 2, None, {}) == ("mine", 2, QUEUE)
 
 
 def test_a_job_with_a_key_of_its_own_keeps_its_own_limit() -> None:
@@ -81,12 +94,12 @@ def test_max_concurrent_without_a_key_is_still_the_jobs_mistake() -> None:
 
 
 def test_a_job_of_a_task_without_a_limit_has_none() -> None:
-    assert task().job_concurrency(None, None, QUEUE, {}) == (None, None, QUEUE)
+    assert task().job_concurrency(None, None, None, {}) == (None, None, QUEUE)
 
 
 def test_a_job_missing_the_tasks_key_parameter_is_a_422_naming_the_way_out() -> None:
     with pytest.raises(InvalidRequest) as raised:
-        task(**LIMITED).job_concurrency(None, None, QUEUE, {"region": "us"})
+        task(**LIMITED).job_concurrency(None, None, None, {"region": "us"})
     [error] = raised.value.errors
     assert error.field == "concurrencyKey"
     assert "the default of task 't', 't-{tenantId}', names parameter 'tenantId'" in error.reason

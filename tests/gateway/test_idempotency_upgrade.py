@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from core.model import JobCreate
+from gateway.service import request_fingerprint
 from tests.gateway.conftest import Api
 
 BODIES = [
@@ -52,3 +53,17 @@ async def test_a_keyed_create_stored_by_the_previous_release_and_retried_is_the_
     async with api.session.post(f"{api.url}/jobs", json=body, headers=headers) as resp:
         answer = await resp.json()
         assert (resp.status, answer.get("code"), answer.get("id")) == (200, None, job_id)
+
+
+def test_an_explicit_queue_policy_hashes_as_the_previous_release_did() -> None:
+    """``concurrencyPolicy: queue`` was the field's default, left out of the digest; it is
+    still, now that the field has no default (a task's limit may set another)."""
+    plain = {"taskId": "noop", "concurrencyKey": "k"}
+    queued = {**plain, "concurrencyPolicy": "queue"}
+    assert request_fingerprint(msgspec.convert(queued, JobCreate)) == request_fingerprint(
+        msgspec.convert(plain, JobCreate)
+    )
+    skipping = {**plain, "concurrencyPolicy": "skip"}
+    assert request_fingerprint(msgspec.convert(skipping, JobCreate)) != request_fingerprint(
+        msgspec.convert(plain, JobCreate)
+    )
