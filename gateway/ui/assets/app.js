@@ -92,7 +92,8 @@ function route() {
     // Every user's data is an admin's view (the API answers 403): another token sees its own,
     // told why, and the address bar drops the filter so a copied link says what is shown.
     params.delete("allUsers");
-    history.replaceState(null, "", `${location.pathname}${params.size ? `?${params}` : ""}`);
+    const rest = params.toString();
+    history.replaceState(null, "", `${location.pathname}${rest ? `?${rest}` : ""}${location.hash}`);
     main.append(h("p", { class: "muted", role: "status", id: "all-users-note" }, "All users is for admins: this page shows your own."));
   }
   let m;
