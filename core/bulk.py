@@ -27,11 +27,15 @@ import msgspec
 
 from core.access import Role
 from core.errors import Conflict, NotFound
+from core.ids import manual_execution_id
 from core.labels import Selector, parse_selector
 from core.model import (
     ACTIVE_EXECUTION_STATUSES,
+    Execution,
     ExecutionStatus,
     Instant,
+    Job,
+    JobStatus,
     Model,
     TaskId,
 )
@@ -188,6 +192,29 @@ def replay_nonce(bulk_id: str, execution_id: str) -> str:
     action and the original run, so a batch repeated after a crash yields the same ids."""
     digest = hashlib.blake2b(f"{bulk_id}|{execution_id}".encode(), digest_size=4)
     return digest.hexdigest()
+
+
+def replay_refusal(job: Job | None, original: Execution) -> str | None:
+    """Why ``original`` (a run of ``job``; None: the job is gone) is not replayed by a bulk
+    replay, before the rule of :func:`replayed_by_another`: its job is cancelled or deleted, or
+    the run has not finished (:data:`REPLAYABLE`). None: it may be replayed."""
+    if job is None or job.status == JobStatus.CANCELLED:
+        return "the job is cancelled or deleted"
+    if original.status not in REPLAYABLE:
+        return f"the run is {original.status}"
+    return None
+
+
+def bulk_replays(
+    action: BulkAction, job: Job | None, original: Execution, replays: dict[str, list[str]]
+) -> bool:
+    """Whether bulk replay ``action`` will replay ``original``: no :func:`replay_refusal`, and
+    no replay but the action's own (``replays``: :meth:`core.ports.RunStore.replays_of`). What
+    the action takes a ``runsPerMinute`` token for; the store decides again, atomically."""
+    if job is None or replay_refusal(job, original) is not None:
+        return False
+    own = manual_execution_id(job.id, action.created_at, replay_nonce(action.id, original.id))
+    return replayed_by_another(original.id, replays, own_id=own) is None
 
 
 def phase_query(action: BulkAction) -> RunQuery | None:

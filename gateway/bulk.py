@@ -32,6 +32,7 @@ from core.bulk import (
     BulkKind,
     BulkStatus,
     after_batch,
+    bulk_replays,
     phase_query,
 )
 from core.errors import JobschedError, QuotaExceeded, StoreRejected, Unavailable
@@ -190,12 +191,15 @@ class BulkRunner:
         now = self.clock.now()
         if action.kind == BulkKind.CANCEL:
             return await self.runs.cancel_runs(who, runs, now, bulk_id=action.id)
-        found = await self.store.get_jobs({r.job_id for r in runs})
+        found, replays = await asyncio.gather(
+            self.store.get_jobs({r.job_id for r in runs}),
+            self.store.replays_of([r.id for r in runs]),
+        )
         jobs: dict[str, Job] = {j.id: j for j in found}
         pairs = [(jobs.get(r.job_id), r) for r in runs]
-        per_owner: dict[str, int] = {}
-        for job, _ in pairs:
-            if job is not None:
+        per_owner: dict[str, int] = {}  # a token for each run it will replay, not each selected
+        for job, run in pairs:
+            if job is not None and bulk_replays(action, job, run, replays):
                 per_owner[job.owner] = per_owner.get(job.owner, 0) + 1
         try:
             await self.runs._take_runs(per_owner, now)

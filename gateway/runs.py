@@ -45,6 +45,7 @@ from core.bulk import (
     RunNotReplayable,
     RunQuery,
     replay_nonce,
+    replay_refusal,
     replayed_by_another,
 )
 from core.errors import BusUnavailable, ExecutionNotFound, FieldError, InvalidRequest
@@ -183,11 +184,9 @@ class RunService:
         results: list[Replayed] = []
         todo: list[tuple[int, Job, Execution]] = []
         for i, (job, original) in enumerate(pairs):
-            if job is None or job.status == JobStatus.CANCELLED:
-                results.append(Replayed(None, reason="the job is cancelled or deleted"))
-                continue
-            if original.status not in REPLAYABLE:
-                results.append(Replayed(None, reason=f"the run is {original.status}"))
+            refusal = replay_refusal(job, original)
+            if job is None or refusal is not None:
+                results.append(Replayed(None, reason=refusal))
                 continue
             at = None if bulk is None else bulk.created_at
             nonce = None if bulk is None else replay_nonce(bulk.id, original.id)

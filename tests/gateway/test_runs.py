@@ -786,6 +786,41 @@ async def test_a_bulk_replay_waits_for_its_quota_and_then_goes_on(tmp_path: Path
         await store.close()
 
 
+async def test_a_bulk_replay_takes_a_run_token_only_for_the_runs_it_replays(
+    tmp_path: Path,
+) -> None:
+    """Two of three failed runs have a replay already: a second bulk replay over all three
+    takes one runsPerMinute token, not three (a bucket of two would have made it wait, and
+    held back the owner's scheduled runs, for runs the store then skips)."""
+    clock = FakeClock(T0)
+    store = SqliteStore(tmp_path / "quota.db")
+    await store.open()
+    try:
+        config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
+        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+        await seed(
+            Runs(store, clock, service, FakeCancelSignals()), "alice", 3, ExecutionStatus.FAILED
+        )
+        runner = BulkRunner(service, holder="gw", batch=100, lease_seconds=30)
+        newest = BulkCreate(scheduled_from=T0 - timedelta(minutes=2, seconds=30))
+        await service.create_bulk(Principal("alice"), BulkKind.REPLAY, newest)
+        first = await store.claim_bulk("gw", now=clock.now(), lease_seconds=30)
+        assert first is not None
+        first = await runner.step(first)  # the bucket's 2 tokens
+        assert first is not None and (first.done, first.status) == (2, BulkStatus.SUCCEEDED)
+        await clock.advance(timedelta(minutes=1))  # the bucket full again: 2 tokens
+        await service.create_bulk(Principal("alice"), BulkKind.REPLAY, BulkCreate())
+        second = await store.claim_bulk("gw", now=clock.now(), lease_seconds=30)
+        assert second is not None
+        runner.stop()  # a quota wait would return at once, leaving the page undone
+        for _ in range(2):  # pages of the bucket's capacity: the 2 replayed runs, then the third
+            second = await runner.step(second)
+            assert second is not None
+        assert (second.done, second.skipped, second.status) == (1, 2, BulkStatus.SUCCEEDED)
+    finally:
+        await store.close()
+
+
 async def test_a_bulk_action_that_cannot_go_on_is_failed_with_the_reason(runs: Runs) -> None:
     await seed(runs, "alice", 2, ExecutionStatus.FAILED)
     action = await runs.service.create_bulk(Principal("alice"), BulkKind.REPLAY, BulkCreate())
