@@ -10,7 +10,6 @@ import msgspec
 
 from core import notifications
 from core.access import Principal
-from core.errors import ExecutionNotFound
 from core.model import Job, Page
 from core.notifications import (
     NotificationAttemptList,
@@ -69,8 +68,5 @@ async def list_attempts(
     Raises:
         JobNotFound: no such job for the caller. ExecutionNotFound: no such run of that job.
     """
-    job = await service.get(who, job_id)
-    run = await service.store.get_execution(execution_id)
-    if run is None or run.job_id != job.id:
-        raise ExecutionNotFound(f"execution {execution_id} of job {job.id} not found")
+    await service.get_execution(who, job_id, execution_id)
     return NotificationAttemptList(items=await service.store.notification_attempts(execution_id))
