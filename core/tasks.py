@@ -111,8 +111,9 @@ class TaskContext:
 class TaskConcurrency:
     """A task's default concurrency limit (:mod:`core.concurrency`), as Hatchet's concurrency
     groups are declared on the workflow: a job of the task created without a ``concurrencyKey``
-    of its own takes all three, and shows them as its own options (a job may set its own
-    instead, or ``PATCH`` ``concurrencyKey: null`` to run without a limit).
+    or ``maxConcurrent`` of its own takes them (and the policy, unless it sets its own), and
+    shows them as its own options (a job may set its own key instead, or ``PATCH``
+    ``concurrencyKey: null`` to run without a limit).
 
     Attributes:
         key: the key template over the job's parameters (``"tenant-{tenant}"``).
