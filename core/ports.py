@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from core.audit import AuditEntry, AuditQuery, AuditRecord
 from core.bulk import BulkAction, RunQuery
 from core.cluster import WorkerHeartbeat
@@ -127,6 +129,24 @@ class JobChange:
     status: JobStatus | None = None
     next_run_at: datetime | object | None = UNCHANGED
     spec: JobSpec | None = None
+
+
+class DueJob(msgspec.Struct, frozen=True, gc=False):
+    """A job the scheduler's safety scan found due (:meth:`JobStore.due_jobs`): what its heap
+    holds of it. The job itself is read when it is dispatched, so a scan does not read and
+    decode the specs of every job due within the lookahead window each time it runs (a scan
+    answers up to ``heap_limit``, 100,000, of them every 5 s: a Struct, not a dataclass, as it
+    is built ten times faster).
+
+    Attributes:
+        id: the job's id.
+        next_run_at: when its next run is due (UTC, aware).
+        partition: the partition that owns it.
+    """
+
+    id: str
+    next_run_at: datetime
+    partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,8 +425,10 @@ class JobStore(NotificationStore, RunStore, Protocol):
 
     async def due_jobs(
         self, partitions: Collection[int], until: datetime, *, limit: int
-    ) -> list[Job]:
-        """Jobs of ``partitions`` due by ``until`` (``next_run_at <= until``), earliest first."""
+    ) -> list[DueJob]:
+        """The jobs of ``partitions`` due by ``until`` (``next_run_at <= until``), earliest
+        first, at most ``limit``: their ids, due times and partitions, not the jobs (the
+        scheduler reads a job when it dispatches it)."""
         ...
 
     async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:

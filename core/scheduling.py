@@ -37,7 +37,7 @@ from core.model import (
     RunTrigger,
     StatusEvent,
 )
-from core.ports import Dispatch, DispatchOutcome
+from core.ports import Dispatch, DispatchOutcome, DueJob
 from core.quotas import TokenRequest, runs_key
 from core.runs import dispatched, run_event, run_message
 from core.settings import SchedulerConfig
@@ -218,15 +218,13 @@ class Scheduling:
         """The end of the window a scan at ``now`` loads."""
         return now + self.lookahead
 
-    def loaded(self, jobs: Sequence[Job], until: datetime) -> None:
+    def loaded(self, jobs: Sequence[DueJob], until: datetime) -> None:
         """A scan returned ``jobs`` (due up to ``until``, earliest first, at most
         ``heap_limit``): load them; a full answer ends the window at its last job."""
         for job in jobs:
-            if job.next_run_at is not None:
-                self.heap.push(job.id, job.next_run_at, job.partition)
-        last = jobs[-1].next_run_at if jobs else None
-        truncated = len(jobs) == self.heap_limit and last is not None
-        self.window_end = last if truncated and last is not None else until
+            self.heap.push(job.id, job.next_run_at, job.partition)
+        truncated = len(jobs) == self.heap_limit and jobs
+        self.window_end = jobs[-1].next_run_at if truncated else until
 
     def scanned(self, started: datetime) -> None:
         """The scan (and its sweep) begun at ``started`` succeeded: the next one is due a scan

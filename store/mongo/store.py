@@ -37,6 +37,7 @@ from core.ports import (
     AnyDispatch,
     Dispatch,
     DispatchOutcome,
+    DueJob,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
@@ -110,6 +111,20 @@ log = logging.getLogger(__name__)
 
 READ_BACK = {"stateRank": 1, "status": 1, "startedAt": 1, "error": 1, "attempts": 1}
 """Fields of an execution that :meth:`MongoStore.apply_events` reads back after its transitions."""
+
+DUE_FIELDS = {"nextRunAt": 1, "partition": 1}
+"""Fields of a job that :meth:`MongoStore.due_jobs` reads (and ``_id``): a scan does not read
+the specs of the jobs it finds (the scheduler reads a job when it dispatches it)."""
+
+
+def _due_job(doc: Document) -> DueJob:
+    """A :class:`DueJob` of a ``due_jobs`` document (raises ``KeyError`` or ``TypeError`` for a
+    document without the fields: :class:`store.rows.RowReader` skips it)."""
+    next_run_at, partition = doc["nextRunAt"], doc["partition"]
+    if not isinstance(next_run_at, datetime) or type(partition) is not int:
+        raise TypeError(f"nextRunAt {next_run_at!r}, partition {partition!r}")
+    return DueJob(doc[ID], next_run_at, partition)
+
 
 UPDATE_ATTEMPTS = 3
 """How often a conditional write is retried when the document changed between its write and
@@ -400,9 +415,10 @@ class MongoStore(MongoNotifications, MongoRuns):
 
     async def due_jobs(
         self, partitions: Collection[int], until: datetime, *, limit: int
-    ) -> list[Job]:
+    ) -> list[DueJob]:
         """See :meth:`core.ports.JobStore.due_jobs`: one query per chunk of at most
-        :data:`MAX_SCANS_TO_EXPLODE` partitions, each answered in index order, merged.
+        :data:`MAX_SCANS_TO_EXPLODE` partitions, each answered in index order with three fields
+        per job (:data:`DUE_FIELDS`), merged.
 
         Once ``limit`` jobs are in hand, later chunks are asked only for jobs due no later
         than the ``limit``-th earliest so far, so a backlog beyond ``limit`` costs a few times
@@ -410,20 +426,18 @@ class MongoStore(MongoNotifications, MongoRuns):
         """
         if not partitions or limit < 1:
             return []
-        found: list[Job] = []
+        found: list[DueJob] = []
         for chunk in chunks(partitions):
-            bound = (
-                until if len(found) < limit else min(until, found[limit - 1].next_run_at or until)
-            )
+            bound = until if len(found) < limit else min(until, found[limit - 1].next_run_at)
             with translated("due jobs"):
                 docs = (
-                    await self._jobs.find(due_query(chunk, bound))
+                    await self._jobs.find(due_query(chunk, bound), DUE_FIELDS)
                     .sort([("nextRunAt", ASCENDING)])
                     .limit(limit)
                     .to_list()
                 )
-            merged = heapq.merge(found, self._jobs_of(docs), key=lambda j: j.next_run_at or until)
-            found = list(merged)[:limit]
+            due = self.rows.decode(docs, _due_job, what="job", key=lambda d: d.get(ID))
+            found = list(heapq.merge(found, due, key=lambda j: j.next_run_at))[:limit]
         return found
 
     async def stale_executions(

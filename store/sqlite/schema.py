@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     idempotency_key TEXT,
     request_hash TEXT
 );
-CREATE INDEX IF NOT EXISTS jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_due_id ON jobs (partition, next_run_at, id)
+    WHERE next_run_at IS NOT NULL;
+DROP INDEX IF EXISTS jobs_due;
 CREATE INDEX IF NOT EXISTS jobs_owner_created ON jobs (owner, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS jobs_owner_status_created
     ON jobs (owner, status, created_at DESC, id DESC);

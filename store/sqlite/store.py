@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from core.ports import (
     AnyDispatch,
     Dispatch,
     DispatchOutcome,
+    DueJob,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
@@ -567,16 +569,27 @@ class SqliteStore(SqliteNotifications, SqliteRuns):
 
     async def due_jobs(
         self, partitions: Collection[int], until: datetime, *, limit: int
-    ) -> list[Job]:
+    ) -> list[DueJob]:
+        """See :meth:`core.ports.JobStore.due_jobs`: read from the covering index
+        ``jobs_due_id`` (no job row, no spec to decode). The rows are sorted here when all of
+        them fit in ``limit``, the usual case: SQLite's sort of a large answer costs three times
+        the read (measured with 100,000 due jobs, ``bench/README.md``); only a backlog larger
+        than ``limit`` is read again, sorted by SQLite."""
         parts = sorted(partitions)
-        if not parts:
+        if not parts or limit < 1:
             return []
-        rows = await self._fetch(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE partition IN ({', '.join('?' * len(parts))}) "
-            "AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at LIMIT ?",
-            [*parts, to_epoch_ms(until), limit],
+        select = (
+            "SELECT next_run_at, id, partition FROM jobs "
+            f"WHERE partition IN ({', '.join('?' * len(parts))}) "
+            "AND next_run_at IS NOT NULL AND next_run_at <= ?"
         )
-        return self._jobs_of(rows)
+        params = [*parts, to_epoch_ms(until)]
+        rows = await self._fetch(f"{select} LIMIT ?", [*params, limit + 1])
+        if len(rows) > limit:
+            rows = await self._fetch(f"{select} ORDER BY next_run_at LIMIT ?", [*params, limit])
+        else:
+            rows.sort(key=itemgetter(0))
+        return [DueJob(job_id, from_epoch_ms(ms), partition) for ms, job_id, partition in rows]
 
     async def dispatch(self, runs: Sequence[AnyDispatch]) -> list[DispatchOutcome]:
         """See :meth:`core.ports.JobStore.dispatch`: one transaction, one thread hand-off.

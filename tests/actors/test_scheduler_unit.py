@@ -27,7 +27,7 @@ from core.model import (
     OverlapPolicy,
     RunTrigger,
 )
-from core.ports import JobChange
+from core.ports import DueJob, JobChange
 from core.runs import run_event
 from store.sqlite import SqliteStore
 from tests.actors.harness import T0, SchedulerRig, at, job, scheduler_rig
@@ -435,7 +435,7 @@ class FlakyStore(SqliteStore):
 
     async def due_jobs(
         self, partitions: Collection[int], until: datetime, *, limit: int
-    ) -> list[Job]:
+    ) -> list[DueJob]:
         self.calls.append(until)
         if self.outages > 0:
             self.outages -= 1

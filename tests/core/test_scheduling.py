@@ -27,7 +27,7 @@ from core.model import (
     RunMessage,
     RunTrigger,
 )
-from core.ports import DispatchOutcome
+from core.ports import DispatchOutcome, DueJob
 from core.quotas import Quotas, runs_key
 from core.runs import queued_run, run_message
 from core.scheduling import (
@@ -90,7 +90,9 @@ def previous(j: Job, due: float, status: ExecutionStatus) -> tuple[Job, Executio
 
 
 def scanned(s: Scheduling, jobs: Sequence[Job], now: datetime = T0) -> None:
-    s.loaded(jobs, s.scan_until(now))
+    """A scan found the scheduled ones of ``jobs`` (as the store's ``due_jobs`` answers)."""
+    due = [DueJob(j.id, j.next_run_at, j.partition) for j in jobs if j.next_run_at is not None]
+    s.loaded(due, s.scan_until(now))
     s.scanned(now)
 
 

@@ -31,7 +31,7 @@ from core.model import (
     StatusEvent,
     state_rank,
 )
-from core.ports import Dispatch, DispatchOutcome, JobQuery, JobStore
+from core.ports import Dispatch, DispatchOutcome, DueJob, JobQuery, JobStore
 from core.runs import queued_run, run_event
 from tests.store.conftest import BACKENDS
 
@@ -460,11 +460,15 @@ async def test_due_jobs_selects_partitions_and_due_time_earliest_first(store: Jo
     assert await store.due_jobs(set(), at(100), limit=10) == []
 
 
-async def test_due_jobs_returns_whole_jobs(store: JobStore) -> None:
+async def test_due_jobs_returns_each_jobs_id_due_time_and_partition(store: JobStore) -> None:
+    """A scan reads what the scheduler's heap holds, not the jobs (read at dispatch)."""
     job = make_job("a", partition=5, next_run_at=at(1), parameters={"k": [1, 2]}, queue="q1")
     await store.create_job(job)
 
-    assert await store.due_jobs({5}, at(1), limit=1) == [job]
+    due = await store.due_jobs({5}, at(1), limit=1)
+
+    assert due == [DueJob("a", at(1), 5)]
+    assert due[0].next_run_at.tzinfo is not None and due[0].next_run_at.utcoffset() == timedelta()
 
 
 # --- dispatch ------------------------------------------------------------------------------

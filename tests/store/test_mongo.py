@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import subprocess
@@ -86,6 +87,7 @@ from core.ports import (
     UNCHANGED,
     Dispatch,
     DispatchOutcome,
+    DueJob,
     IdempotencyKeyReused,
     JobChange,
     JobQuery,
@@ -1395,6 +1397,23 @@ async def test_dispatch_of_the_last_run_clears_next_run_at(store: MongoStore) ->
     ]
     assert "nextRunAt" not in await raw(store, JOBS, j.id)
     assert await store.due_jobs({1}, at(1000), limit=5) == []
+
+
+async def test_a_due_job_document_without_a_readable_due_time_is_skipped(
+    store: MongoStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``due_jobs`` reads three fields of each job: one edited by hand into the wrong type is
+    skipped and logged (:class:`store.rows.RowReader`), the others are served."""
+    good, bad = job("good", next_run_at=at(1)), job("bad", next_run_at=at(2))
+    await store.create_job(good)
+    await store.create_job(bad)
+    await store.database[JOBS].update_one({"_id": "bad"}, {"$set": {"partition": 1.0}})
+
+    with caplog.at_level(logging.ERROR, logger="store.rows"):
+        due = await store.due_jobs({1}, at(10), limit=5)
+
+    assert due == [DueJob("good", at(1), 1)]
+    assert any("job bad" in r.getMessage() for r in caplog.records)
 
 
 # --- conditional transitions and job summaries -------------------------------------------------

@@ -37,7 +37,8 @@ from core.ports import Dispatch, DispatchOutcome, JobQuery, ManualDispatch
 from core.runs import replay_run
 from store.sqlite import MIGRATIONS, SqliteStore
 from store.sqlite.schema import LABELS_JOIN
-from tests.store.test_contract import make_execution
+from tests.store.test_contract import at, create, make_execution
+from tests.store.test_contract import make_job as contract_job
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 BUSY_TIMEOUT_SECONDS = 0.2
@@ -367,7 +368,8 @@ async def test_the_benchmark_seeders_write_jobs_the_store_reads(tmp_path: Path) 
     store = SqliteStore(tmp_path / "memory.db")
     await store.open()
     try:
-        due = await store.due_jobs(frozenset(range(64)), T0 + timedelta(days=60), limit=10)
+        found = await store.due_jobs(frozenset(range(64)), T0 + timedelta(days=60), limit=10)
+        due = await store.get_jobs([d.id for d in found])
         assert len(due) == 5
         assert {j.status for j in due} == {JobStatus.SCHEDULED}
         assert all(isinstance(j.schedule, OnceSchedule) for j in due)
@@ -455,6 +457,49 @@ async def test_a_database_of_an_older_release_gets_names_and_labels_indexed(db: 
     assert "job_labels_term (term=?)" in plans[1], plans
     assert "SEARCH t USING PRIMARY KEY (job_id=? AND term=?)" in plans[0], plans
     assert not any("TEMP B-TREE" in p for p in plans), plans  # walked in order, never sorted
+
+
+async def test_the_scan_of_due_jobs_reads_one_covering_index_and_sorts_in_python(
+    tmp_path: Path,
+) -> None:
+    """``due_jobs`` (every scheduler's safety scan, up to 100,000 jobs every 5 s) reads the
+    covering index ``jobs_due_id`` and never a job row, and lets SQLite sort only a backlog
+    larger than its limit. A store of an earlier release loses its ``jobs_due`` index."""
+    db = tmp_path / "due.db"
+    s = SqliteStore(db)
+    await s.open()
+    await s.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DROP INDEX jobs_due_id")  # as an earlier release left it
+    conn.execute(
+        "CREATE INDEX jobs_due ON jobs (partition, next_run_at) WHERE next_run_at IS NOT NULL"
+    )
+    conn.close()
+    s = SqliteStore(db)
+    await s.open()
+    statements: list[str] = []
+    try:
+        await create(s, *(contract_job(f"job-{i}", partition=i % 3, next_run_at=at(9 - i))
+                          for i in range(6)))  # fmt: skip
+        await s._r.set_trace_callback(statements.append)
+        assert [d.id for d in await s.due_jobs({0, 1, 2}, at(60), limit=10)] == [
+            f"job-{i}" for i in range(5, -1, -1)
+        ]
+        assert [d.id for d in await s.due_jobs({0, 1, 2}, at(60), limit=2)] == ["job-5", "job-4"]
+    finally:
+        await s.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    plans = [
+        " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        for sql in statements
+        if sql.startswith("SELECT") and "next_run_at <=" in sql
+    ]
+    conn.close()
+    assert "jobs_due_id" in indexes and "jobs_due" not in indexes
+    assert len(plans) == 3, statements  # limit 10: one read; limit 2: a larger backlog, two
+    assert all("COVERING INDEX jobs_due_id" in p for p in plans), plans
+    assert [("TEMP B-TREE" in p) for p in plans] == [False, False, True], plans
 
 
 async def test_list_jobs_by_idempotency_key_walks_the_key_index(tmp_path: Path) -> None:
