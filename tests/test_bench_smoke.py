@@ -55,6 +55,7 @@ CASES = [
         ["--every", "0.2", "--duration", "1", "--limit", "3", "--sample", "0.5"],
         "records",
     ),
+    ("store", ["--runs", "20", "--batches", "2,10", "--scan-jobs", "50"], "dispatch µs/run"),
     (
         "dashboard",
         ["--jobs", "60", "--other-jobs", "10", "--runs", "600", "--repeat", "2", "--warmup", "1"],
