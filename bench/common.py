@@ -40,7 +40,7 @@ import aiohttp
 import msgspec
 
 from core.ids import new_job_id, partition_of
-from core.model import IntervalSchedule, Job, JobStatus
+from core.model import IntervalSchedule, Job, JobStatus, Schedule
 from core.settings import load_settings
 from gateway.auth import mint_token
 from jobsched.natsserver import NatsServer, find_nats_server
@@ -777,28 +777,35 @@ def seed_jobs(path: Path, jobs: Sequence[Job]) -> None:
         conn.close()
 
 
+def noop_job(
+    schedule: Schedule, *, created_at: datetime, next_run_at: datetime, partitions: int
+) -> Job:
+    """A scheduled ``noop`` job of the user ``bench`` with a new id, in its partition of
+    ``partitions`` (as the gateway would store it)."""
+    job_id = new_job_id()
+    return Job(
+        id=job_id,
+        owner="bench",
+        task_id="noop",
+        schedule=schedule,
+        status=JobStatus.SCHEDULED,
+        partition=partition_of(job_id, partitions),
+        created_at=created_at,
+        updated_at=created_at,
+        next_run_at=next_run_at,
+    )
+
+
 def interval_jobs(n: int, period_seconds: float, first_at: float, partitions: int) -> list[Job]:
     """``n`` interval noop jobs of ``period_seconds`` whose first runs are spread evenly over one
     period from epoch second ``first_at`` (each "created" one period before its first run)."""
     out = []
+    schedule = IntervalSchedule(every_seconds=period_seconds)
     for i in range(n):
         first = datetime.fromtimestamp(first_at + i * period_seconds / n, UTC)
         first = first.replace(microsecond=first.microsecond - first.microsecond % 1000)
         created = first - timedelta(seconds=period_seconds)
-        job_id = new_job_id()
-        out.append(
-            Job(
-                id=job_id,
-                owner="bench",
-                task_id="noop",
-                schedule=IntervalSchedule(every_seconds=period_seconds),
-                status=JobStatus.SCHEDULED,
-                partition=partition_of(job_id, partitions),
-                created_at=created,
-                updated_at=created,
-                next_run_at=first,
-            )
-        )
+        out.append(noop_job(schedule, created_at=created, next_run_at=first, partitions=partitions))
     return out
 
 

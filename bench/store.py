@@ -34,9 +34,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import add_common_args, fmt_num, interval_jobs, save_results, seed_jobs, table
-from core.ids import new_job_id, partition_of
-from core.model import ExecutionStatus, Job, JobStatus, OnceSchedule, RunTrigger
+from bench.common import (
+    add_common_args,
+    fmt_num,
+    interval_jobs,
+    noop_job,
+    save_results,
+    seed_jobs,
+    table,
+)
+from core.model import ExecutionStatus, Job, OnceSchedule, RunTrigger
 from core.ports import Dispatch
 from core.runs import queued_run, run_event
 from store.sqlite import SqliteStore
@@ -69,23 +76,11 @@ T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 
 def once_jobs(n: int) -> list[Job]:
     """``n`` once noop jobs due at :data:`T0`, spread over the partitions."""
-    out = []
-    for _ in range(n):
-        job_id = new_job_id()
-        out.append(
-            Job(
-                id=job_id,
-                owner="bench",
-                task_id="noop",
-                schedule=OnceSchedule(execute_at=T0),
-                status=JobStatus.SCHEDULED,
-                partition=partition_of(job_id, PARTITIONS),
-                created_at=T0 - timedelta(hours=1),
-                updated_at=T0 - timedelta(hours=1),
-                next_run_at=T0,
-            )
-        )
-    return out
+    schedule, created = OnceSchedule(execute_at=T0), T0 - timedelta(hours=1)
+    return [
+        noop_job(schedule, created_at=created, next_run_at=T0, partitions=PARTITIONS)
+        for _ in range(n)
+    ]
 
 
 async def measure_writes(root: Path, runs: int, batch: int, drop: Sequence[str]) -> dict[str, Any]:

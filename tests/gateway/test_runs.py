@@ -5,6 +5,7 @@ the store alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -761,13 +762,22 @@ async def test_the_runner_wakes_for_a_new_action_and_stops(runs: Runs) -> None:
         await task
 
 
-async def test_a_bulk_replay_waits_for_its_quota_and_then_goes_on(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def quota_of_two(tmp_path: Path) -> AsyncIterator[tuple[SqliteStore, FakeClock, RunService]]:
+    """A SQLite store, a fake clock and the run service of a gateway whose users may queue two
+    runs per minute (``runsPerMinute`` 2)."""
     clock = FakeClock(T0)
     store = SqliteStore(tmp_path / "quota.db")
     await store.open()
     try:
         config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
-        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+        yield store, clock, RunService(JobService(store, None, builtin_catalog(), clock, config))
+    finally:
+        await store.close()
+
+
+async def test_a_bulk_replay_waits_for_its_quota_and_then_goes_on(tmp_path: Path) -> None:
+    async with quota_of_two(tmp_path) as (store, clock, service):
         r = Runs(store, clock, service, FakeCancelSignals())
         await seed(r, "alice", 3, ExecutionStatus.FAILED)
         await service.create_bulk(Principal("alice"), BulkKind.REPLAY, BulkCreate())
@@ -782,8 +792,6 @@ async def test_a_bulk_replay_waits_for_its_quota_and_then_goes_on(tmp_path: Path
         await clock.advance(timedelta(seconds=30))  # one token back
         done = await runner.step(waiting)
         assert done is not None and (done.done, done.status) == (3, BulkStatus.SUCCEEDED)
-    finally:
-        await store.close()
 
 
 async def test_a_bulk_replay_takes_a_run_token_only_for_the_runs_it_replays(
@@ -792,12 +800,7 @@ async def test_a_bulk_replay_takes_a_run_token_only_for_the_runs_it_replays(
     """Two of three failed runs have a replay already: a second bulk replay over all three
     takes one runsPerMinute token, not three (a bucket of two would have made it wait, and
     held back the owner's scheduled runs, for runs the store then skips)."""
-    clock = FakeClock(T0)
-    store = SqliteStore(tmp_path / "quota.db")
-    await store.open()
-    try:
-        config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
-        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+    async with quota_of_two(tmp_path) as (store, clock, service):
         await seed(
             Runs(store, clock, service, FakeCancelSignals()), "alice", 3, ExecutionStatus.FAILED
         )
@@ -817,8 +820,6 @@ async def test_a_bulk_replay_takes_a_run_token_only_for_the_runs_it_replays(
             second = await runner.step(second)
             assert second is not None
         assert (second.done, second.skipped, second.status) == (1, 2, BulkStatus.SUCCEEDED)
-    finally:
-        await store.close()
 
 
 async def test_a_bulk_action_that_cannot_go_on_is_failed_with_the_reason(runs: Runs) -> None:
@@ -838,12 +839,7 @@ async def test_a_bulk_action_that_cannot_go_on_is_failed_with_the_reason(runs: R
 async def test_a_backfill_beyond_the_run_quota_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
-    clock = FakeClock(T0)
-    store = SqliteStore(tmp_path / "quota.db")
-    await store.open()
-    try:
-        config = GatewayConfig(auth_secret=TEST_SECRET, quotas=Quotas(runs_per_minute=2))
-        service = RunService(JobService(store, None, builtin_catalog(), clock, config))
+    async with quota_of_two(tmp_path) as (store, clock, service):
         await seed(Runs(store, clock, service, FakeCancelSignals()), "alice", 0, FAILED)
         body = BackfillRequest(
             scheduled_from=T0 - timedelta(hours=1),
@@ -859,5 +855,3 @@ async def test_a_backfill_beyond_the_run_quota_is_refused_before_anything_is_wri
             Principal("alice"), "job-alice", msgspec.structs.replace(body, dry_run=True)
         )
         assert len(planned.fire_times) == 6
-    finally:
-        await store.close()
