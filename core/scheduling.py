@@ -223,7 +223,7 @@ class Scheduling:
         ``heap_limit``): load them; a full answer ends the window at its last job."""
         for job in jobs:
             self.heap.push(job.id, job.next_run_at, job.partition)
-        truncated = len(jobs) == self.heap_limit and jobs
+        truncated = len(jobs) == self.heap_limit  # a positive limit: jobs[-1] exists
         self.window_end = jobs[-1].next_run_at if truncated else until
 
     def scanned(self, started: datetime) -> None:
