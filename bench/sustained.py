@@ -62,6 +62,9 @@ from core.settings import Settings, load_settings
 
 PARTITIONS = 64  # the product default; the deployments do not change it
 TARGET_RATE = targets.SUSTAINED_RATE
+LATE_SHARE = 0.05
+"""A row whose meters started later than this share of its window after the window began (a
+submission that overran its lead) gets no CPU or NATS figures: they would miss its start."""
 TARGET_P99_SECONDS = targets.SUSTAINED_P99_SECONDS
 TARGET_MAX_SECONDS = targets.SUSTAINED_MAX_SECONDS
 
@@ -172,6 +175,7 @@ async def measure_window(
     messages = MessageMeter(d.nats.monitor_url)
     async with WorkObserver(d.nats_url) as obs:
         await wait_until_wall(t0)
+        late = time.time() - t0
         meter.start()
         await messages.start()
         observed0 = len(obs.seen)
@@ -231,9 +235,10 @@ async def measure_window(
     )
     start = Summary.of(delays(runs, "scheduled_for", "started_at") + pad)
     fin = Summary.of(delays(runs, "scheduled_for", "finished_at") + pad)
-    thousands = succeeded_in_window / 1000.0
-    cpu_per_k = {n: (c / thousands if thousands else float("nan")) for n, c in cpu.items()}
-    per_run = succeeded_in_window or float("nan")
+    measured = _metered_in_time(late, duration_seconds)
+    per_run = succeeded_in_window if measured else 0
+    per_finished = finished if measured else 0
+    cpu_per_k = {n: (1000 * c / per_run if per_run else float("nan")) for n, c in cpu.items()}
     return {
         "expected_runs": expected,
         "due_per_s_min": min(due_per_second),
@@ -253,14 +258,16 @@ async def measure_window(
         "cpu_util": {n: c / wall for n, c in cpu.items()},
         "nats_msgs_in": received,
         "nats_msgs_out": sent,
-        "nats_msgs_per_run_window": (received + sent) / per_run,
+        "window_late_seconds": late,
+        "nats_msgs_per_run_window": (received + sent) / (per_run or float("nan")),
         "finished_runs": finished,
         "cpu_ms_per_run_drained": {
-            n: 1000 * c / finished if finished else float("nan") for n, c in cpu_drained.items()
+            n: 1000 * c / per_finished if per_finished else float("nan")
+            for n, c in cpu_drained.items()
         },
-        "nats_msgs_per_run": (drained_in + drained_out) / (finished or float("nan")),
-        "nats_msgs_in_per_run": drained_in / (finished or float("nan")),
-        "nats_msgs_out_per_run": drained_out / (finished or float("nan")),
+        "nats_msgs_per_run": (drained_in + drained_out) / (per_finished or float("nan")),
+        "nats_msgs_in_per_run": drained_in / (per_finished or float("nan")),
+        "nats_msgs_out_per_run": drained_out / (per_finished or float("nan")),
         "_pub": pub,
         "_stream": in_stream,
         "_start": start,
@@ -350,7 +357,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
                 and verdict(st.max, TARGET_MAX_SECONDS) == "PASS"
             )
             v = "PASS" if ok else "MISS"
-        cpu = ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_s_per_1000_runs"].items())
+        cpu = _per_process(r["cpu_s_per_1000_runs"])
         row = [
             r["layout"],
             r["workload"],
@@ -369,7 +376,7 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             v,
             _msgs_per_run(r),
             cpu,
-            ", ".join(f"{n} {c:.2f}" for n, c in r["cpu_ms_per_run_drained"].items()),
+            _per_process(r["cpu_ms_per_run_drained"]),
         ]
         if raw:
             row.insert(4, f"{100 * r['throughput_per_second'] / raw['pipeline_per_second']:.1f} %")
@@ -419,6 +426,27 @@ def print_table(results: list[dict[str, Any]], raw: dict[str, float] | None = No
             "message published, consumed and acked (publish, PubAck, delivery, ack, pull "
             "requests)."
         )
+
+
+def _metered_in_time(late_seconds: float, duration_seconds: float) -> bool:
+    """Whether the meters started within ``LATE_SHARE`` of the window after it began. Where a
+    submission overran the window they start later and miss the work of its start, so the
+    row's per-run CPU and NATS figures would read low: it gets none (a warning says why)."""
+    if late_seconds <= LATE_SHARE * duration_seconds:
+        return True
+    print(
+        f"  WARNING: the window began {late_seconds:.1f} s before its meters started: no CPU "
+        "or NATS figures for this row",
+        file=sys.stderr,
+    )
+    return False
+
+
+def _per_process(figures: dict[str, float]) -> str:
+    """``name figure`` per process, or ``-`` where none was measured (NaN)."""
+    if all(math.isnan(c) for c in figures.values()):
+        return "-"
+    return ", ".join(f"{n} {c:.2f}" for n, c in figures.items())
 
 
 def _msgs_per_run(r: dict[str, Any]) -> str:
