@@ -36,7 +36,7 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(settings, roles, stop)
+        await serve(settings, roles, stop, freeze_heap=True)
 
     eventloop.run(runner(), settings.event_loop)
 

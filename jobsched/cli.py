@@ -203,6 +203,7 @@ def _dev(settings: Settings, data: Path, binary: str, lock: DataDirLock, demo: b
                 servers=url,
                 started=started,
                 secret_dir=data,
+                freeze_heap=True,
             )
 
     try:
@@ -296,7 +297,9 @@ async def submit_demo_jobs(url: str, token: str) -> None:
 def _service(roles: Roles) -> None:
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
-    _run_until_signal(lambda stop: serve(settings, roles, stop), event_loop=settings.event_loop)
+    _run_until_signal(
+        lambda stop: serve(settings, roles, stop, freeze_heap=True), event_loop=settings.event_loop
+    )
 
 
 @main.command(name="dev-env")

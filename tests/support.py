@@ -69,9 +69,12 @@ async def start_stack(
     *,
     clock: Clock | None = None,
     ready: bool = True,
+    freeze_heap: bool = False,
 ) -> AsyncIterator[Stack]:
     """Run ``roles`` (default: all) in this process until the block ends; the block starts
-    once every actor is ready, or at once without ``ready``."""
+    once every actor is ready, or at once without ``ready``. ``freeze_heap``: as ``serve``'s
+    (a test that sets it replaces ``jobsched.runtime.freeze_startup_heap``: the test process
+    must not freeze its heap)."""
     stop = asyncio.Event()
     started: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
@@ -81,6 +84,7 @@ async def start_stack(
             stop,
             clock=clock,
             started=started,
+            freeze_heap=freeze_heap,
         ),
         name="test-stack",
     )

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from bus.callout import new_issuer_seed, write_issuer_seed
 from core.errors import ConfigError
 from core.history import Retention
 from core.settings import load_settings
+from jobsched import cli, runtime
 from jobsched.runtime import Roles, callout_issuer, run_actors
+from tests.conftest import SettingsFactory
+from tests.support import REPO, start_stack
 
 
 class MissesOneCancellation:
@@ -102,3 +111,63 @@ def test_a_gateway_reads_the_callout_issuer_before_it_connects(tmp_path: Path) -
     settings = load_settings({"JOBSCHED_NATS_CALLOUT_ISSUER_SEED_FILE": str(seed_file)})
     issuer = callout_issuer(settings, Roles(gateway=True))
     assert issuer is not None and issuer.public_key.startswith("A")
+
+
+def test_freezing_the_start_up_heap_takes_its_objects_out_of_every_collection() -> None:
+    """In a process of its own (a frozen pytest process would never free its cycles): after
+    ``freeze_startup_heap`` the collector tracks almost nothing, so a full collection has
+    almost nothing to scan, and every object alive is in the permanent generation."""
+    code = (
+        "import gc, json, jobsched.runtime as r; before = len(gc.get_objects()); "
+        "n = r.freeze_startup_heap(); "
+        "print(json.dumps([before, n, len(gc.get_objects()), gc.get_freeze_count()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    before, frozen, tracked_after, freeze_count = json.loads(out.stdout)
+    assert before > 10_000  # the runtime's imports: what a full collection scanned
+    assert frozen == freeze_count >= before // 2
+    assert tracked_after < 1_000
+
+
+async def test_serve_freezes_the_heap_once_every_actor_is_ready_and_only_when_asked(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[bool] = []
+
+    def freeze() -> int:
+        calls.append(True)
+        return 0
+
+    monkeypatch.setattr(runtime, "freeze_startup_heap", freeze)
+    settings = make_settings()
+    async with start_stack(settings, Roles(scheduler=True, recorder=False)):
+        assert calls == []
+    async with start_stack(settings, Roles(scheduler=True, recorder=False), freeze_heap=True):
+        assert calls == [True]  # before the stack counted as started
+    assert calls == [True]
+
+
+@pytest.mark.parametrize("command", ["gateway", "scheduler", "worker"])
+def test_the_service_commands_freeze_their_heap(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jobsched gateway|scheduler|worker`` pass ``freeze_heap=True`` to ``serve`` (the
+    process's loop, its logging set-up and ``serve`` itself replaced: nothing starts)."""
+    seen: list[dict[str, object]] = []
+
+    async def fake_serve(*args: object, **kwargs: object) -> None:
+        seen.append(kwargs)
+
+    def run_at_once(
+        main: Callable[[asyncio.Event], Coroutine[Any, Any, None]], **_: object
+    ) -> None:
+        asyncio.run(main(asyncio.Event()))
+
+    monkeypatch.setattr(cli, "serve", fake_serve)
+    monkeypatch.setattr(cli, "_run_until_signal", run_at_once)
+    monkeypatch.setattr(cli, "configure_logging", lambda *_: None)
+    result = CliRunner().invoke(cli.main, [command])
+    assert result.exit_code == 0, result.output
+    assert seen == [{"freeze_heap": True}]
