@@ -41,9 +41,20 @@ HEAVY_TIMEOUT_SECONDS = 900
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.startswith(HEAVY) and item.get_closest_marker("timeout") is None:
+    """Give heavy tests their timeout and move them to the front, in their order.
+
+    pytest-xdist's ``worksteal`` hands the first worker the first half of the collection and
+    steals from the end of a worker's queue, so with the heavy tests first one worker runs them
+    one after another while the other runs the light ones, instead of the two meeting at the
+    lock of :func:`_heavy_tests_one_at_a_time` with one of them idle. Without xdist the order
+    changes nothing a test depends on: no test depends on another's having run.
+    """
+    heavy = [item for item in items if item.nodeid.startswith(HEAVY)]
+    for item in heavy:
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(HEAVY_TIMEOUT_SECONDS))
+    light = [item for item in items if not item.nodeid.startswith(HEAVY)]
+    items[:] = heavy + light
 
 
 @pytest.fixture(autouse=True)
