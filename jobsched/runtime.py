@@ -584,10 +584,10 @@ def freeze_startup_heap() -> int:
     generation (:func:`gc.freeze`), which no later collection scans; how many were frozen.
 
     A service process starts with tens of thousands of objects that live as long as it does
-    (modules, the task catalog, connections: ~74,000 in a one-process deployment), and each of
+    (modules, the task catalog, connections: ~70,000 in a one-process deployment), and each of
     Python's full collections, every few seconds under load, scanned them all with the event
-    loop stopped: 35 to 40 ms, the largest schedule-to-start delays at 500 runs/s
-    (bench/README.md, "The night of 2026-12-07"). Frozen, a full collection takes a few ms.
+    loop stopped: 30 to 60 ms, the largest schedule-to-start delays at 500 runs/s
+    (bench/README.md, "The night of 2026-12-07/08"). Frozen, one takes 1 to 3 ms.
 
     Only for a process's entry point, once: an object frozen here that later becomes part of a
     reference cycle is never freed, so a process that starts many stacks (the test suite) must
