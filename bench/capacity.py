@@ -118,19 +118,30 @@ def kept_up(row: dict[str, Any]) -> bool:
     return bool(row.get("expected_runs")) and row.get("started_runs") == row.get("expected_runs")
 
 
+def measured(row: dict[str, Any]) -> bool:
+    """Whether the row has CPU figures (a row whose meters started after its window began has
+    none: ``bench.sustained``'s ``LATE_SHARE``)."""
+    return bool(costs_by_role(row.get("cpu_ms_per_run_drained", {})))
+
+
 def choose_row(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-    """The row whose costs the plan uses: a split row with one scheduler and one worker if any
-    (else any split row), at the highest rate where every run started (else the highest rate);
-    and whether every run started in it.
+    """The row whose costs the plan uses: a split row with CPU figures (:func:`measured`), with
+    one scheduler and one worker if any (else any such split row), at the highest rate where
+    every run started (else the highest rate); and whether every run started in it.
 
     Raises:
-        ValueError: no split row.
+        ValueError: no split row with CPU figures.
     """
-    split = [r for r in rows if str(r.get("layout", "")).startswith(("split", "1 sched / 1 work"))]
+    split = [
+        r
+        for r in rows
+        if str(r.get("layout", "")).startswith(("split", "1 sched / 1 work")) and measured(r)
+    ]
     single = [r for r in split if r.get("layout") in ("split", "1 sched / 1 work")] or split
     if not single:
         raise ValueError(
-            "no split-layout row: run bench.sustained --layout split or bench.scaleout"
+            "no split-layout row with CPU figures: run bench.sustained --layout split or "
+            "bench.scaleout"
         )
     good = [r for r in single if kept_up(r)]
     best = max(good or single, key=lambda r: float(r["rate"]))

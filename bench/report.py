@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import targets
+from bench import capacity, targets
 from bench.common import RESULTS_DIR, fmt_num, fmt_seconds, table, verdict
 
 
@@ -109,7 +109,7 @@ def cpu_checks(results: Sequence[Result]) -> list[Check]:
         rows = [
             (r, x)
             for r, x in rows_of(results, "sustained", "scaleout")
-            if is_split(x) and float(x.get("rate", 0)) == rate
+            if is_split(x) and float(x.get("rate", 0)) == rate and capacity.measured(x)
         ]
         msgs_label = f"  NATS messages per run at {rate:,}/s"
         if not rows:

@@ -57,7 +57,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cost_clean = clean[0] if cost_row is not None else None
     try:
         source, kept = (
-            (cost_clean, capacity.kept_up(cost_clean)) if cost_clean else capacity.choose_row(clean)
+            (cost_clean, capacity.kept_up(cost_clean))
+            if cost_clean and capacity.measured(cost_clean)
+            else capacity.choose_row(clean)
         )
     except ValueError:
         source, kept = clean[0], False

@@ -329,8 +329,8 @@ async def run_one(
     print(
         f"  -> done {res['throughput_per_second']:,.0f}/s, started {res['started_runs']:,}/"
         f"{res['expected_runs']:,}, start p50 {fmt_seconds(st.p50)} p99 {fmt_seconds(st.p99)} "
-        f"max {fmt_seconds(st.max)}, NATS msgs/run {res['nats_msgs_per_run']:.1f}, CPU s/1k runs "
-        + ", ".join(f"{n} {c:.2f}" for n, c in res["cpu_s_per_1000_runs"].items()),
+        f"max {fmt_seconds(st.max)}, NATS msgs/run {_msgs_per_run(res)}, CPU s/1k runs "
+        + _per_process(res["cpu_s_per_1000_runs"]),
         file=sys.stderr,
     )
     return {

@@ -66,6 +66,41 @@ def test_the_plan_costs_come_from_the_fastest_split_row_that_kept_up() -> None:
         choose_row(rows[:1])
 
 
+def _late_row(layout: str, rate: float) -> dict[str, Any]:
+    """A row whose meters started after its window began: every run started, no CPU figures."""
+    nan = math.nan
+    return _run_row(
+        layout,
+        rate,
+        100,
+        cpu_ms_per_run_drained={"scheduler1": nan, "worker1": nan, "nats-server": nan},
+        nats_msgs_per_run=nan,
+        window_late_seconds=53.6,
+    )
+
+
+def test_the_plan_never_takes_its_costs_from_a_row_without_cpu_figures() -> None:
+    measured = _run_row("split", 2000, 100)
+    assert choose_row([measured, _late_row("split", 4000)]) == (measured, True)
+    with pytest.raises(ValueError, match="CPU figures"):
+        choose_row([_late_row("split", 2000)])
+
+
+def test_report_takes_a_cpu_figure_only_from_a_row_that_has_one() -> None:
+    def cpu_check(rows: list[dict[str, Any]]) -> tuple[str, str]:
+        checks = evaluate([_result("sustained", {"results": rows})])
+        cpu = next(c for c in checks if c.target.startswith("CPU per run end to end at 2,000"))
+        return cpu.verdict, cpu.measured
+
+    verdict, measured = cpu_check([_late_row("split", 2000)])
+    assert (verdict, measured.startswith("run python -m bench.sustained")) == (
+        "not measured",
+        True,
+    )
+    verdict, measured = cpu_check([_late_row("split", 2000), _run_row("split", 2000, 100)])
+    assert (verdict, measured.split()[0]) == ("PASS", "0.35")
+
+
 def _result(name: str, data: dict[str, Any]) -> Result:
     return Result(name, datetime(2026, 1, 1, tzinfo=UTC), Path(f"{name}.json"), data)
 
