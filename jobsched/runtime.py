@@ -590,8 +590,10 @@ def freeze_startup_heap() -> int:
     (bench/README.md, "The night of 2026-12-07/08"). Frozen, one takes 1 to 3 ms.
 
     Only for a process's entry point, once: an object frozen here that later becomes part of a
-    reference cycle is never freed, so a process that starts many stacks (the test suite) must
-    not call it. The ``gc.collect()`` first is the one full pass it costs.
+    reference cycle is never freed (a bounded, one-time cost: what was alive at readiness), so a
+    process that starts many stacks (the test suite) must not call it. The ``gc.collect()``
+    first is the one full pass it costs. Objects that become long-lived after it are scanned as
+    before: a process whose live heap grows far past its start-up one pays for it again.
     """
     gc.collect()
     gc.freeze()
@@ -616,7 +618,8 @@ async def serve(
     one :class:`Metrics` registry, served by the gateway's ``/metrics`` or, in a process without
     the gateway, by a :class:`MetricsServer` on ``settings.metrics.port`` (0: none).
     ``freeze_heap``: once every actor is ready, :func:`freeze_startup_heap` (the service
-    processes' entry points set it; never a process that runs ``serve`` more than once).
+    commands set it: ``jobsched dev|gateway|scheduler|worker|notifier``; never a process that
+    runs ``serve`` more than once).
     """
     clock = clock or SystemClock()
     metrics = Metrics(roles.names)
@@ -661,7 +664,7 @@ async def serve(
         async def announce() -> None:
             await asyncio.gather(*(a.ready.wait() for a in actors))
             if freeze_heap:
-                log.debug("froze %d start-up objects (gc.freeze)", freeze_startup_heap())
+                log.info("froze %d start-up objects (gc.freeze)", freeze_startup_heap())
             if started is not None and not started.done():
                 info = {"url": gateway.url if gateway else ""}
                 if metrics_server is not None:

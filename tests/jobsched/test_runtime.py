@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Coroutine
@@ -149,12 +150,15 @@ async def test_serve_freezes_the_heap_once_every_actor_is_ready_and_only_when_as
     assert calls == [True]
 
 
-@pytest.mark.parametrize("command", ["gateway", "scheduler", "worker"])
+@pytest.mark.parametrize("command", ["gateway", "scheduler", "worker", "notifier"])
 def test_the_service_commands_freeze_their_heap(
     command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``jobsched gateway|scheduler|worker`` pass ``freeze_heap=True`` to ``serve`` (the
-    process's loop, its logging set-up and ``serve`` itself replaced: nothing starts)."""
+    """``jobsched gateway|scheduler|worker|notifier`` pass ``freeze_heap=True`` to ``serve``
+    (the process's loop, its logging set-up and ``serve`` itself replaced: nothing starts; no
+    ``JOBSCHED_*`` of the environment is read)."""
+    for name in [n for n in os.environ if n.startswith("JOBSCHED_")]:
+        monkeypatch.delenv(name)
     seen: list[dict[str, object]] = []
 
     async def fake_serve(*args: object, **kwargs: object) -> None:
