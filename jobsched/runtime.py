@@ -664,7 +664,7 @@ async def serve(
         async def announce() -> None:
             await asyncio.gather(*(a.ready.wait() for a in actors))
             if freeze_heap:
-                log.info("froze %d start-up objects (gc.freeze)", freeze_startup_heap())
+                log.debug("froze %d start-up objects (gc.freeze)", freeze_startup_heap())
             if started is not None and not started.done():
                 info = {"url": gateway.url if gateway else ""}
                 if metrics_server is not None:
