@@ -5,7 +5,6 @@ the store alone."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -762,7 +761,7 @@ async def test_the_runner_wakes_for_a_new_action_and_stops(runs: Runs) -> None:
         await task
 
 
-@contextlib.asynccontextmanager
+@asynccontextmanager
 async def quota_of_two(tmp_path: Path) -> AsyncIterator[tuple[SqliteStore, FakeClock, RunService]]:
     """A SQLite store, a fake clock and the run service of a gateway whose users may queue two
     runs per minute (``runsPerMinute`` 2)."""
